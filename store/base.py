@@ -1,0 +1,185 @@
+"""The store's public contract, independent of any database: what an event log must do, and the
+records it returns. The SQLite log implements it; other backends must pass the same contract tests."""
+
+from __future__ import annotations
+
+import abc
+import difflib
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from store.errors import UnknownSessionError
+from store.events import Event
+from store.tokenizer import Tokenizer
+
+
+class ExpectedVersion(enum.Enum):
+    """Special values for ``expected_version``."""
+
+    ANY = "any version"
+    """Append whatever the session's head is (no concurrency check)."""
+    NO_SESSION = "no session (a new one)"
+    """The session must not exist yet."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ANY = ExpectedVersion.ANY
+NO_SESSION = ExpectedVersion.NO_SESSION
+
+Expected = ExpectedVersion | int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored: the event and the columns the store assigned to it."""
+
+    position: int
+    """Global position in the log, 1, 2, 3, ... with no gaps."""
+    session_id: str
+    """The session it belongs to."""
+    version: int
+    """Its version within the session, 1, 2, 3, ..."""
+    event: Event
+    """The event itself (upcast to the current schema)."""
+    tokens: int | None
+    """Tokens of its text with the store's tokenizer; None until counted (see catch_up_tokens)."""
+    recorded_at: str
+    """When the store committed it (UTC, ISO 8601)."""
+    prev_hash: str
+    """Hash of the event at the previous position (the chain that verify checks)."""
+    hash: str
+    """This event's hash."""
+
+    @property
+    def event_id(self) -> str:
+        return self.event.event_id
+
+    @property
+    def type(self) -> str:
+        return self.event.type
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One session as the log sees it."""
+
+    session_id: str
+    head_version: int
+    event_count: int
+    tokens: int
+    """Sum of the stored token counts of its events."""
+    first_position: int
+    last_position: int
+    first_recorded_at: str
+    last_recorded_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """Stored content, addressed by the sha256 of its UTF-8 bytes."""
+
+    id: str
+    size: int
+    text: str
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What verify found. ``ok`` is True when nothing is wrong."""
+
+    events: int = 0
+    head_hash: str = ""
+    first_bad_position: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class EventStore(abc.ABC):
+    """An append-only, hash-chained log of agent-session events."""
+
+    tokenizer: Tokenizer
+
+    @abc.abstractmethod
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: Expected = ANY,
+    ) -> list[RecordedEvent]:
+        """Append a batch atomically: all of it or nothing. Returns the recorded events.
+
+        A retried batch whose ids are all stored with the same content returns the stored records
+        and writes nothing; a batch of which only part is stored raises DuplicateEventError. A stale
+        ``expected_version`` raises VersionConflictError.
+        """
+
+    @abc.abstractmethod
+    def read_session(
+        self, session_id: str, *, from_version: int = 1, to_version: int | None = None
+    ) -> list[RecordedEvent]:
+        """The session's own events with from_version <= version <= to_version, in order."""
+
+    @abc.abstractmethod
+    def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
+        """The session's newest ``limit`` events, in log order."""
+
+    @abc.abstractmethod
+    def iter_after(
+        self, position: int = 0, *, types: Sequence[str] | None = None, batch: int = 1000
+    ) -> Iterator[RecordedEvent]:
+        """Every event after a global position, in order (optionally only some types)."""
+
+    @abc.abstractmethod
+    def get_event(self, event_id: str) -> RecordedEvent:
+        """One event by id, or UnknownEventError."""
+
+    @abc.abstractmethod
+    def head_version(self, session_id: str) -> int:
+        """The session's last version; 0 when it has no events."""
+
+    @abc.abstractmethod
+    def head_position(self) -> int:
+        """The last global position; 0 for an empty store."""
+
+    @abc.abstractmethod
+    def sessions(self) -> list[SessionSummary]:
+        """Every session with its head version, event count and token total."""
+
+    @abc.abstractmethod
+    def get_blob(self, blob_id: str) -> Blob:
+        """Content by sha256 id, or UnknownArtifactError."""
+
+    @abc.abstractmethod
+    def catch_up_tokens(self) -> int:
+        """Count the tokens of events stored without a count; returns how many were counted."""
+
+    @abc.abstractmethod
+    def verify(self) -> VerifyReport:
+        """Check the hash chain, the content blobs and the database's integrity."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store's resources."""
+
+    def require_session(self, session_id: str) -> int:
+        """The session's head version, or UnknownSessionError naming the closest session ids."""
+        head = self.head_version(session_id)
+        if head == 0:
+            names = [s.session_id for s in self.sessions()]
+            close = difflib.get_close_matches(session_id, names, n=3, cutoff=0.5)
+            raise UnknownSessionError(session_id, close)
+        return head
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

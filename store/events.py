@@ -1,0 +1,458 @@
+"""The events of the log: frozen pydantic models, one discriminated union on ``type``, and the one
+place where stored payloads of older schema versions are upcast to the current ones."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from store.errors import InvalidEventError
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
+"""An id chosen by a caller or a provider: 1 to 200 characters, no whitespace."""
+
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+"""A lowercase hex sha256 digest: the id of a content blob."""
+
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+def new_event_id() -> str:
+    """A fresh random event id. Keep the event object (or its id) to retry an append idempotently."""
+    return uuid.uuid4().hex
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Event(_Model):
+    # event_id is generated when the object is made, not when it is stored, so re-sending the same
+    # object after a lost acknowledgement is an idempotent retry. Stored rows always carry their id.
+    event_id: Identifier = Field(default_factory=new_event_id)
+    """Unique id of this event in the whole store; a batch re-sent with the same ids is stored once."""
+
+    def token_texts(self) -> tuple[str, ...]:
+        """The texts whose tokens this event adds to the conversation (counted once, when stored)."""
+        return ()
+
+
+# --- value objects ---------------------------------------------------------------------------
+
+
+class ForkPoint(_Model):
+    """Where a forked session branches off its parent."""
+
+    session_id: Identifier
+    """The parent session."""
+    version: Annotated[int, Field(ge=1)]
+    """The last version of the parent that the child shares."""
+
+
+class Pin(_Model):
+    """Marks a message as one that every projection keeps, whole."""
+
+    reason: str | None = None
+    """Why it must stay in the context (shown to operators, never to the model)."""
+
+
+class ToolCall(_Model):
+    """One tool call requested by an assistant message."""
+
+    id: Identifier
+    """The provider's call id; the tool's return names it in ``tool_call_id``."""
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    """The tool's name."""
+    arguments: str = "{}"
+    """The arguments exactly as the model produced them (usually JSON text, kept verbatim)."""
+
+
+class TodoItem(_Model):
+    """One entry of a todo list."""
+
+    id: Identifier
+    """Stable id of the entry across updates."""
+    content: Annotated[str, StringConstraints(min_length=1)]
+    """What is to be done."""
+    status: Literal["pending", "in_progress", "completed"] = "pending"
+    """Where it stands."""
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+class SessionStarted(_Event):
+    """A session begins; it is always the session's first event when present."""
+
+    type: Literal["session_started"] = "session_started"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    title: str | None = None
+    """A human title for the session."""
+    model: str | None = None
+    """The model the agent talks to, if known."""
+    tokenizer: str | None = None
+    """The encoding token counts use; filled in by the store (its own tokenizer) when omitted."""
+    metadata: dict[str, JsonValue] | None = None
+    """Free-form JSON metadata (agent name, user id, ...)."""
+    parent: ForkPoint | None = None
+    """For a fork: the parent session and the last version of it this session shares."""
+
+
+class MessageAppended(_Event):
+    """A system, user or assistant message."""
+
+    type: Literal["message_appended"] = "message_appended"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str = ""
+    """The message text (may be empty for an assistant message that only calls tools)."""
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    """Optional participant name (OpenAI's ``name`` field)."""
+    tool_calls: tuple[ToolCall, ...] | None = None
+    """Tool calls requested by an assistant message."""
+    pinned: Pin | None = None
+    """Set when the message is pinned from the start (see also ``message_pinned``)."""
+
+    @model_validator(mode="after")
+    def _check_tool_calls(self) -> MessageAppended:
+        if self.tool_calls:
+            if self.role != "assistant":
+                raise ValueError(f"tool_calls are only allowed on assistant messages, not {self.role}")
+            ids = [call.id for call in self.tool_calls]
+            if len(set(ids)) != len(ids):
+                raise ValueError("tool_calls: call ids must be unique within a message")
+        return self
+
+    def token_texts(self) -> tuple[str, ...]:
+        texts = [self.content]
+        if self.name:
+            texts.append(self.name)
+        for call in self.tool_calls or ():
+            texts.extend((call.id, call.name, call.arguments))
+        return tuple(texts)
+
+
+class ToolReturned(_Event):
+    """The result of one tool call."""
+
+    type: Literal["tool_returned"] = "tool_returned"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    tool_call_id: Identifier
+    """The id of the call this answers."""
+    tool_name: str | None = None
+    """The tool's name (None when an imported transcript did not say)."""
+    content: str
+    """The full output of the tool."""
+    is_error: bool = False
+    """True when the tool failed and ``content`` is its error."""
+    artifact_id: Sha256 | None = None
+    """Set by the store when the output is larger than the inline limit and is kept as an artifact."""
+
+    def token_texts(self) -> tuple[str, ...]:
+        return (self.content, self.tool_call_id)
+
+
+class TodosUpdated(_Event):
+    """The whole todo list, as it is after this update."""
+
+    type: Literal["todos_updated"] = "todos_updated"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    todos: tuple[TodoItem, ...]
+    """Every entry, in order."""
+
+    @model_validator(mode="after")
+    def _check_ids(self) -> TodosUpdated:
+        ids = [item.id for item in self.todos]
+        if len(set(ids)) != len(ids):
+            raise ValueError("todos: ids must be unique")
+        return self
+
+
+class ArtifactWritten(_Event):
+    """A file or document produced in the session, stored once by content."""
+
+    type: Literal["artifact_written"] = "artifact_written"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    name: Annotated[str, StringConstraints(min_length=1, max_length=1000)]
+    """The artifact's name, usually a path."""
+    content: str
+    """The artifact's text."""
+    media_type: str = "text/plain"
+    """Its media type."""
+    tool_call_id: Identifier | None = None
+    """The tool call that produced it; None when the user (or the agent directly) wrote it."""
+    artifact_id: Sha256 | None = None
+    """sha256 of the content; filled in (and checked when given) by the store."""
+    size: NonNegative | None = None
+    """Size of the content in UTF-8 bytes; filled in (and checked when given) by the store."""
+
+    def token_texts(self) -> tuple[str, ...]:
+        return (self.content,)
+
+
+class UsageRecorded(_Event):
+    """Token usage of one model call, as the provider reported it."""
+
+    type: Literal["usage_recorded"] = "usage_recorded"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    model: Annotated[str, StringConstraints(min_length=1)]
+    """The model that was billed."""
+    input_tokens: NonNegative
+    """Prompt tokens billed (including cached ones, as providers report them)."""
+    output_tokens: NonNegative
+    """Completion tokens billed."""
+    cache_read_tokens: NonNegative = 0
+    """Prompt tokens served from the provider's cache."""
+    cache_write_tokens: NonNegative = 0
+    """Prompt tokens written to the provider's cache."""
+    reasoning_tokens: NonNegative = 0
+    """Hidden reasoning tokens (a part of the output tokens for most providers)."""
+    run_id: Identifier | None = None
+    """The run this call belongs to."""
+    response_id: str | None = None
+    """The provider's response id."""
+
+
+class RunStarted(_Event):
+    """An agent run (one user turn, usually several model calls) begins."""
+
+    type: Literal["run_started"] = "run_started"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    run_id: Identifier
+    """Id of the run."""
+
+
+class RunFinished(_Event):
+    """An agent run ends."""
+
+    type: Literal["run_finished"] = "run_finished"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    run_id: Identifier
+    """Id of the run."""
+    status: Literal["completed", "failed", "cancelled"] = "completed"
+    """How it ended."""
+
+
+class MessagePinned(_Event):
+    """A message is pinned: every projection keeps it, whole."""
+
+    type: Literal["message_pinned"] = "message_pinned"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    target_event_id: Identifier
+    """The event id of the message to keep."""
+    reason: str | None = None
+    """Why it must stay."""
+
+
+class MessageUnpinned(_Event):
+    """A pin is lifted."""
+
+    type: Literal["message_unpinned"] = "message_unpinned"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    target_event_id: Identifier
+    """The event id of the message."""
+    reason: str | None = None
+    """Why it may go."""
+
+
+Event: TypeAlias = Annotated[
+    SessionStarted
+    | MessageAppended
+    | ToolReturned
+    | TodosUpdated
+    | ArtifactWritten
+    | UsageRecorded
+    | RunStarted
+    | RunFinished
+    | MessagePinned
+    | MessageUnpinned,
+    Field(discriminator="type"),
+]
+"""Any event of the log."""
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_CLASSES: dict[str, type[_Event]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        SessionStarted,
+        MessageAppended,
+        ToolReturned,
+        TodosUpdated,
+        ArtifactWritten,
+        UsageRecorded,
+        RunStarted,
+        RunFinished,
+        MessagePinned,
+        MessageUnpinned,
+    )
+}
+"""Event type name -> model class."""
+
+CURRENT_VERSIONS: dict[str, int] = {
+    name: cls.model_fields["schema_version"].default for name, cls in EVENT_CLASSES.items()
+}
+"""Event type name -> the schema version this code writes."""
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+# (type, from_version) -> function turning a payload of that version into one of from_version + 1.
+# Every old version stays loadable: add a function here and a fixture under tests/fixtures/ when a
+# schema changes, never edit stored rows.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+# Columns of the log, never part of the stored payload.
+ENVELOPE_FIELDS = frozenset({"type", "schema_version", "event_id"})
+
+
+def upcast(event_type: str, schema_version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """Bring a payload of an older schema version up to the current one."""
+    current = CURRENT_VERSIONS.get(event_type)
+    if current is None:
+        raise InvalidEventError(_unknown_type_message(event_type))
+    if not isinstance(schema_version, int) or isinstance(schema_version, bool):
+        raise InvalidEventError(f"{event_type}: schema_version must be an integer")
+    if schema_version > current:
+        raise InvalidEventError(
+            f"{event_type}: schema_version {schema_version} is newer than this turnlog reads "
+            f"(up to {current}); upgrade turnlog"
+        )
+    if schema_version < 1:
+        raise InvalidEventError(f"{event_type}: schema_version must be 1 or more")
+    while schema_version < current:
+        step = UPCASTERS.get((event_type, schema_version))
+        if step is None:
+            raise InvalidEventError(
+                f"{event_type}: no upcaster from schema_version {schema_version}"
+            )
+        payload = step(payload)
+        schema_version += 1
+    return payload
+
+
+def parse_event(data: object, *, where: str = "event") -> Event:
+    """Validate one event given as a JSON-like dict (``type`` required, ``schema_version`` optional:
+    older versions are upcast). Raises InvalidEventError naming the offending field."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump()
+    if not isinstance(data, dict):
+        raise InvalidEventError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    event_type = data.get("type")
+    if not isinstance(event_type, str):
+        raise InvalidEventError(f"{where}: missing 'type' (one of {', '.join(EVENT_CLASSES)})")
+    if event_type not in EVENT_CLASSES:
+        raise InvalidEventError(f"{where}: {_unknown_type_message(event_type)}")
+    body = {k: v for k, v in data.items() if k not in ENVELOPE_FIELDS}
+    version = data.get("schema_version", CURRENT_VERSIONS[event_type])
+    try:
+        body = upcast(event_type, version, body)
+    except InvalidEventError as exc:
+        raise InvalidEventError(f"{where}: {exc}") from None
+    body["type"] = event_type
+    if "event_id" in data:
+        body["event_id"] = data["event_id"]
+    try:
+        return EVENT_ADAPTER.validate_python(body)
+    except ValidationError as exc:
+        raise InvalidEventError(f"{where} ({event_type}): {describe_validation_error(exc)}") from None
+
+
+def parse_events_json(text: str) -> list[Event]:
+    """Parse events given as one JSON object, a JSON list of objects, or JSON lines."""
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidEventError("no events given: expected a JSON object, a JSON list or JSON lines")
+    items: list[tuple[str, object]] = []
+    try:
+        document = json.loads(stripped)
+    except json.JSONDecodeError:
+        document = None
+        for number, line in enumerate(stripped.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise InvalidEventError(f"line {number}: malformed JSON: {exc.msg}") from None
+    else:
+        if isinstance(document, list):
+            items = [(f"event {i}", item) for i, item in enumerate(document, 1)]
+        else:
+            items = [("event", document)]
+    return [parse_event(item, where=where) for where, item in items]
+
+
+def load_stored(
+    event_type: str, schema_version: int, event_id: str, payload: dict[str, Any]
+) -> Event:
+    """Turn a stored row back into an event, upcasting old versions (the one mapper for rows)."""
+    body = upcast(event_type, schema_version, payload)
+    body["type"] = event_type
+    body["event_id"] = event_id
+    return EVENT_ADAPTER.validate_python(body)
+
+
+def dump_payload(event: _Event) -> dict[str, Any]:
+    """The stored payload of an event: its fields minus the envelope columns and unset optionals."""
+    return event.model_dump(mode="json", exclude=set(ENVELOPE_FIELDS), exclude_none=True)
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each naming the field: readable by people and by models."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        parts.append(f"{location or 'event'}: {message}" if location else message)
+    return "; ".join(parts)
+
+
+def event_types() -> Iterable[str]:
+    """Names of every event type this turnlog knows."""
+    return EVENT_CLASSES.keys()
+
+
+def _is_union_tag(part: object) -> bool:
+    return isinstance(part, str) and part in EVENT_CLASSES
+
+
+def _unknown_type_message(event_type: str) -> str:
+    return f"unknown event type {event_type!r} (known: {', '.join(EVENT_CLASSES)})"

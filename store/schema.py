@@ -1,0 +1,89 @@
+"""The SQLite schema of the log, as numbered migrations recorded in the file itself.
+
+Tables are created explicitly (``STRICT``, named constraints), never inferred from a first insert.
+Migrations are append-only: a released one is never edited, a change is a new one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+_IMMUTABLE_EVENTS = """
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: events are immutable; DELETE is refused');
+END;
+
+-- The one update allowed: filling in a token count that was deferred at append time.
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+WHEN NOT (
+    OLD.tokens IS NULL AND NEW.tokens IS NOT NULL
+    AND NEW.position IS OLD.position AND NEW.session_id IS OLD.session_id
+    AND NEW.version IS OLD.version AND NEW.event_id IS OLD.event_id
+    AND NEW.type IS OLD.type AND NEW.schema_version IS OLD.schema_version
+    AND NEW.payload IS OLD.payload AND NEW.blob_id IS OLD.blob_id
+    AND NEW.recorded_at IS OLD.recorded_at AND NEW.prev_hash IS OLD.prev_hash
+    AND NEW.hash IS OLD.hash
+)
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: events are immutable; UPDATE is refused');
+END;
+
+CREATE TRIGGER blobs_no_delete BEFORE DELETE ON blobs
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: content blobs are immutable; DELETE is refused');
+END;
+
+CREATE TRIGGER blobs_no_update BEFORE UPDATE ON blobs
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: content blobs are immutable; UPDATE is refused');
+END;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "event log",
+        """
+CREATE TABLE turnlog_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE blobs (
+    id TEXT PRIMARY KEY,                -- sha256 hex of the UTF-8 text
+    size INTEGER NOT NULL,              -- bytes of the UTF-8 text
+    codec TEXT NOT NULL CHECK (codec IN ('raw', 'zlib')),
+    data BLOB NOT NULL
+) STRICT;
+
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY,       -- explicit rowid alias: VACUUM cannot renumber it
+    session_id TEXT NOT NULL,
+    version INTEGER NOT NULL CHECK (version >= 1),
+    event_id TEXT NOT NULL UNIQUE,
+    type TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    payload TEXT NOT NULL,              -- JSON, without the envelope columns
+    blob_id TEXT REFERENCES blobs(id),  -- content kept apart (large tool output, artifact)
+    tokens INTEGER,                     -- NULL until counted (deferred counting)
+    recorded_at TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    UNIQUE (session_id, version)
+) STRICT;
+
+CREATE INDEX events_uncounted ON events(position) WHERE tokens IS NULL;
+"""
+        + _IMMUTABLE_EVENTS,
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version

