@@ -182,4 +182,3 @@ class EventStore(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -135,7 +135,9 @@ class MessageAppended(_Event):
     def _check_tool_calls(self) -> MessageAppended:
         if self.tool_calls:
             if self.role != "assistant":
-                raise ValueError(f"tool_calls are only allowed on assistant messages, not {self.role}")
+                raise ValueError(
+                    f"tool_calls are only allowed on assistant messages, not {self.role}"
+                )
             ids = [call.id for call in self.tool_calls]
             if len(set(ids)) != len(ids):
                 raise ValueError("tool_calls: call ids must be unique within a message")
@@ -388,14 +390,18 @@ def parse_event(data: object, *, where: str = "event") -> Event:
     try:
         return EVENT_ADAPTER.validate_python(body)
     except ValidationError as exc:
-        raise InvalidEventError(f"{where} ({event_type}): {describe_validation_error(exc)}") from None
+        raise InvalidEventError(
+            f"{where} ({event_type}): {describe_validation_error(exc)}"
+        ) from None
 
 
 def parse_events_json(text: str) -> list[Event]:
     """Parse events given as one JSON object, a JSON list of objects, or JSON lines."""
     stripped = text.strip()
     if not stripped:
-        raise InvalidEventError("no events given: expected a JSON object, a JSON list or JSON lines")
+        raise InvalidEventError(
+            "no events given: expected a JSON object, a JSON list or JSON lines"
+        )
     items: list[tuple[str, object]] = []
     try:
         document = json.loads(stripped)

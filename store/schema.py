@@ -79,8 +79,6 @@ CREATE TABLE events (
     hash TEXT NOT NULL,
     UNIQUE (session_id, version)
 ) STRICT;
-
-CREATE INDEX events_uncounted ON events(position) WHERE tokens IS NULL;
 """
         + _IMMUTABLE_EVENTS,
     ),

@@ -255,20 +255,27 @@ class SQLiteStore(EventStore):
         if not prepared:
             return []
         with self.atomic() as conn:
-            stored = self._already_stored(conn, session_id, prepared)
-            if stored is not None:
-                return stored
-            head = _head_version(conn, session_id)
+            # One statement for the three facts an append needs, since each round trip counts.
+            marks = ",".join("?" * min(len(ids), 500))
+            known, head, position, prev_hash = conn.execute(
+                f"SELECT (SELECT count(*) FROM events WHERE event_id IN ({marks})), "
+                "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?), "
+                "(SELECT position FROM events ORDER BY position DESC LIMIT 1), "
+                "(SELECT hash FROM events ORDER BY position DESC LIMIT 1)",
+                (*ids[:500], session_id),
+            ).fetchone()
+            if known or len(ids) > 500:
+                stored = self._already_stored(conn, session_id, prepared)
+                if stored is not None:
+                    return stored
             if expected_version is NO_SESSION:
                 if head != 0:
                     raise VersionConflictError(session_id, expected_version, head)
             elif expected_version is not ANY and expected_version != head:
                 raise VersionConflictError(session_id, expected_version, head)
             self._check_semantics(conn, session_id, head, prepared)
-            last = conn.execute(
-                "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
-            ).fetchone()
-            position, prev_hash = last if last else (0, GENESIS_HASH)
+            if position is None:
+                position, prev_hash = 0, GENESIS_HASH
             recorded_at = _now()
             rows = []
             records = []
@@ -462,24 +469,38 @@ class SQLiteStore(EventStore):
 
     def pending_token_counts(self) -> int:
         """How many events wait for their token count."""
-        with self._lock, _translate(self.path):
-            row = self.conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM events WHERE position > ? AND tokens IS NULL",
+                (_counted_through(conn),),
+            ).fetchone()
             return int(row[0])
 
     def catch_up_tokens(self) -> int:
         counted = 0
         while True:
             with self.reading() as conn:
+                start = _counted_through(conn)
+                head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
                 pending = self._read(
-                    conn, "WHERE e.tokens IS NULL ORDER BY e.position LIMIT 2000", ()
+                    conn,
+                    "WHERE e.position > ? AND e.tokens IS NULL ORDER BY e.position LIMIT 2000",
+                    (start,),
                 )
-            if not pending:
+            if not pending and start >= head:
                 return counted
             # Count outside any transaction, so writers are never kept waiting by tiktoken.
             counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
+            through = pending[-1].position if len(pending) == 2000 else head
             with self.atomic() as conn:
                 conn.executemany(
                     "UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts
+                )
+                conn.execute(
+                    "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+                    "WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                    (str(through),),
                 )
             counted += len(counts)
 
@@ -561,9 +582,7 @@ class SQLiteStore(EventStore):
         head = self.head_version(session_id)
         if head == 0:
             with self._lock, _translate(self.path):
-                names = [
-                    r[0] for r in self.conn.execute("SELECT DISTINCT session_id FROM events")
-                ]
+                names = [r[0] for r in self.conn.execute("SELECT DISTINCT session_id FROM events")]
             raise UnknownSessionError(
                 session_id, difflib.get_close_matches(session_id, names, n=3, cutoff=0.5)
             )
@@ -704,8 +723,7 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
         row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
         if row is None:
             conn.execute(
-                "INSERT INTO turnlog_meta (key, value) VALUES ('tokenizer', ?), "
-                "('created_at', ?)",
+                "INSERT INTO turnlog_meta (key, value) VALUES ('tokenizer', ?), ('created_at', ?)",
                 (tokenizer, _now()),
             )
             recorded = tokenizer
@@ -749,6 +767,14 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
     return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
 
 
+def _counted_through(conn: sqlite3.Connection) -> int:
+    """Every event at or below this position has its token count."""
+    row = conn.execute(
+        "SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
     row = conn.execute(
         "SELECT max(version) FROM events WHERE session_id = ?", (session_id,)
@@ -768,23 +794,20 @@ def _hash(
     blob_id: str | None,
     recorded_at: str,
 ) -> str:
-    # A JSON array is an unambiguous encoding of the fields, whatever characters they hold.
-    material = json.dumps(
-        [
-            prev_hash,
-            position,
-            session_id,
-            version,
-            event_id,
-            event_type,
-            schema_version,
-            payload,
-            blob_id,
-            recorded_at,
-        ],
-        ensure_ascii=False,
-        separators=(",", ":"),
+    # Length-prefixed fields: an unambiguous encoding, whatever characters the fields hold.
+    fields = (
+        prev_hash,
+        str(position),
+        session_id,
+        str(version),
+        event_id,
+        event_type,
+        str(schema_version),
+        payload,
+        blob_id or "",
+        recorded_at,
     )
+    material = "".join(f"{len(field)}:{field};" for field in fields)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
