@@ -135,9 +135,7 @@ class MessageAppended(_Event):
     def _check_tool_calls(self) -> MessageAppended:
         if self.tool_calls:
             if self.role != "assistant":
-                raise ValueError(
-                    f"tool_calls are only allowed on assistant messages, not {self.role}"
-                )
+                raise ValueError(f"tool_calls are only allowed on assistant messages, not {self.role}")
             ids = [call.id for call in self.tool_calls]
             if len(set(ids)) != len(ids):
                 raise ValueError("tool_calls: call ids must be unique within a message")
@@ -358,9 +356,7 @@ def upcast(event_type: str, schema_version: int, payload: dict[str, Any]) -> dic
     while schema_version < current:
         step = UPCASTERS.get((event_type, schema_version))
         if step is None:
-            raise InvalidEventError(
-                f"{event_type}: no upcaster from schema_version {schema_version}"
-            )
+            raise InvalidEventError(f"{event_type}: no upcaster from schema_version {schema_version}")
         payload = step(payload)
         schema_version += 1
     return payload
@@ -390,18 +386,14 @@ def parse_event(data: object, *, where: str = "event") -> Event:
     try:
         return EVENT_ADAPTER.validate_python(body)
     except ValidationError as exc:
-        raise InvalidEventError(
-            f"{where} ({event_type}): {describe_validation_error(exc)}"
-        ) from None
+        raise InvalidEventError(f"{where} ({event_type}): {describe_validation_error(exc)}") from None
 
 
 def parse_events_json(text: str) -> list[Event]:
     """Parse events given as one JSON object, a JSON list of objects, or JSON lines."""
     stripped = text.strip()
     if not stripped:
-        raise InvalidEventError(
-            "no events given: expected a JSON object, a JSON list or JSON lines"
-        )
+        raise InvalidEventError("no events given: expected a JSON object, a JSON list or JSON lines")
     items: list[tuple[str, object]] = []
     try:
         document = json.loads(stripped)
@@ -422,9 +414,7 @@ def parse_events_json(text: str) -> list[Event]:
     return [parse_event(item, where=where) for where, item in items]
 
 
-def load_stored(
-    event_type: str, schema_version: int, event_id: str, payload: dict[str, Any]
-) -> Event:
+def load_stored(event_type: str, schema_version: int, event_id: str, payload: dict[str, Any]) -> Event:
     """Turn a stored row back into an event, upcasting old versions (the one mapper for rows)."""
     body = upcast(event_type, schema_version, payload)
     body["type"] = event_type

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
+from pydantic import ValidationError
 
 from store.base import (
     ANY,
@@ -244,9 +245,7 @@ class SQLiteStore(EventStore):
         _check_session_id(session_id)
         _check_expected(expected_version)
         if len(events) > MAX_BATCH:
-            raise InvalidEventError(
-                f"a batch holds at most {MAX_BATCH} events, got {len(events)}; split it"
-            )
+            raise InvalidEventError(f"a batch holds at most {MAX_BATCH} events, got {len(events)}; split it")
         prepared = [self._prepare(event, i) for i, event in enumerate(events, 1)]
         ids = [p.event.event_id for p in prepared]
         if len(set(ids)) != len(ids):
@@ -374,15 +373,12 @@ class SQLiteStore(EventStore):
                     updates["size"] = len(data)
                 blob = (digest, len(data), *_encode_blob(data))
             elif event.artifact_id is not None:
-                raise InvalidEventError(
-                    f"{where} (tool_returned): artifact_id is set by the store; omit it"
-                )
-        elif isinstance(event, MessageAppended):
-            if len(event.content.encode("utf-8")) > MAX_CONTENT_BYTES:
-                raise InvalidEventError(
-                    f"{where} (message_appended): content is larger than {MAX_CONTENT_BYTES:,} "
-                    "bytes; store it as an artifact instead"
-                )
+                raise InvalidEventError(f"{where} (tool_returned): artifact_id is set by the store; omit it")
+        elif isinstance(event, MessageAppended) and len(event.content.encode()) > MAX_CONTENT_BYTES:
+            raise InvalidEventError(
+                f"{where} (message_appended): content is larger than {MAX_CONTENT_BYTES:,} "
+                "bytes; store it as an artifact instead"
+            )
         if updates:
             event = event.model_copy(update=updates)
         exclude = {"type", "schema_version", "event_id"}
@@ -493,9 +489,7 @@ class SQLiteStore(EventStore):
             counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
             through = pending[-1].position if len(pending) == 2000 else head
             with self.atomic() as conn:
-                conn.executemany(
-                    "UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts
-                )
+                conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
                 conn.execute(
                     "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
@@ -506,9 +500,7 @@ class SQLiteStore(EventStore):
 
     # --- reading -------------------------------------------------------------------------------
 
-    def _read(
-        self, conn: sqlite3.Connection, where: str, params: Sequence[Any]
-    ) -> list[RecordedEvent]:
+    def _read(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[RecordedEvent]:
         return [_record(row) for row in conn.execute(f"{_EVENT_SELECT} {where}", params)]
 
     def read_session(
@@ -643,9 +635,7 @@ class SQLiteStore(EventStore):
                 prev_hash = digest
                 expected_pos = pos + 1
             report.head_hash = prev_hash
-            for blob_id, size, codec, data in conn.execute(
-                "SELECT id, size, codec, data FROM blobs"
-            ):
+            for blob_id, size, codec, data in conn.execute("SELECT id, size, codec, data FROM blobs"):
                 try:
                     raw = _decode_blob(codec, data)
                 except zlib.error:
@@ -760,7 +750,7 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
     try:
         event = load_stored(etype, sv, event_id, body)
     except Exception as exc:
-        detail = describe_validation_error(exc) if hasattr(exc, "errors") else str(exc)
+        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
         raise CorruptStoreError(
             f"position {pos}: stored {etype} event cannot be read: {detail}; run `turnlog verify`"
         ) from exc
@@ -769,16 +759,12 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
 
 def _counted_through(conn: sqlite3.Connection) -> int:
     """Every event at or below this position has its token count."""
-    row = conn.execute(
-        "SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'"
-    ).fetchone()
+    row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'").fetchone()
     return int(row[0]) if row else 0
 
 
 def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
-    row = conn.execute(
-        "SELECT max(version) FROM events WHERE session_id = ?", (session_id,)
-    ).fetchone()
+    row = conn.execute("SELECT max(version) FROM events WHERE session_id = ?", (session_id,)).fetchone()
     return int(row[0] or 0)
 
 
