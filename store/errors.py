@@ -8,7 +8,7 @@ class StoreError(Exception):
 
 
 class InvalidEventError(StoreError):
-    """An event (or a batch) is malformed: unknown type, wrong field, unsupported schema version, too large."""
+    """An event or a batch is malformed: unknown type, bad field, unsupported schema version, too large."""
 
 
 class VersionConflictError(StoreError):
