@@ -9,6 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.turnlog-installed-$1"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$1]"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$1]" >&2
     touch "$stamp"
 fi

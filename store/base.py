@@ -8,6 +8,7 @@ import difflib
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from store.errors import UnknownSessionError
 from store.events import Event
@@ -45,7 +46,8 @@ class RecordedEvent:
     event: Event
     """The event itself (upcast to the current schema)."""
     tokens: int | None
-    """Tokens of its text with the store's tokenizer; None until counted (see catch_up_tokens)."""
+    """Tokens of its text with the store's tokenizer. Readers count deferred events first, so only
+    the records returned by append itself can still say None (counting runs after the commit)."""
     recorded_at: str
     """When the store committed it (UTC, ISO 8601)."""
     prev_hash: str
@@ -60,6 +62,24 @@ class RecordedEvent:
     @property
     def type(self) -> str:
         return self.event.type
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON data: envelope columns plus the event's fields."""
+        return {
+            "position": self.position,
+            "session_id": self.session_id,
+            "version": self.version,
+            "event_id": self.event.event_id,
+            "type": self.event.type,
+            "schema_version": self.event.schema_version,
+            "tokens": self.tokens,
+            "recorded_at": self.recorded_at,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+            "event": self.event.model_dump(
+                mode="json", exclude={"type", "schema_version", "event_id"}, exclude_none=True
+            ),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -506,6 +506,7 @@ class SQLiteStore(EventStore):
     def read_session(
         self, session_id: str, *, from_version: int = 1, to_version: int | None = None
     ) -> list[RecordedEvent]:
+        self.catch_up_tokens()
         with self.reading() as conn:
             return self._read(
                 conn,
@@ -514,6 +515,7 @@ class SQLiteStore(EventStore):
             )
 
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
+        self.catch_up_tokens()
         with self.reading() as conn:
             rows = self._read(
                 conn,
@@ -531,6 +533,7 @@ class SQLiteStore(EventStore):
         if types:
             type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
             params_tail = tuple(types)
+        self.catch_up_tokens()
         last = position
         while True:
             with self.reading() as conn:
@@ -545,6 +548,7 @@ class SQLiteStore(EventStore):
             last = chunk[-1].position
 
     def get_event(self, event_id: str) -> RecordedEvent:
+        self.catch_up_tokens()
         with self.reading() as conn:
             rows = self._read(conn, "WHERE e.event_id = ?", (event_id,))
         if not rows:

@@ -1,0 +1,51 @@
+"""turnlog: an event-sourced conversation store for LLM agents.
+
+``import turnlog`` gives the public API: open a store, append events, read them back, import
+transcripts. Everything else (context, artifacts, todos, the ledger) is a projection of the log.
+"""
+
+from __future__ import annotations
+
+import os
+
+from store import *  # noqa: F403 - the facade re-exports the store's public names
+from store import __all__ as _store_all
+from store.sqlite import SQLiteStore, Synchronous, TokenCounting
+from turnlog.importers import (
+    IMPORT_FORMATS,
+    Conversation,
+    ImportResult,
+    import_conversations,
+    import_file,
+    parse_openai,
+)
+
+
+def open_store(
+    path: str | os.PathLike[str] = "turnlog.db",
+    *,
+    tokenizer: str | None = None,
+    create: bool = True,
+    synchronous: Synchronous = "FULL",
+    token_counting: TokenCounting = "deferred",
+) -> SQLiteStore:
+    """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`."""
+    return SQLiteStore.open(
+        path,
+        tokenizer=tokenizer,
+        create=create,
+        synchronous=synchronous,
+        token_counting=token_counting,
+    )
+
+
+__all__ = [
+    *_store_all,
+    "IMPORT_FORMATS",
+    "Conversation",
+    "ImportResult",
+    "import_conversations",
+    "import_file",
+    "open_store",
+    "parse_openai",
+]

@@ -1,0 +1,311 @@
+"""The ``turnlog`` command line: each command parses its input, calls one library function and
+renders the result. Errors print one line and exit 1 (usage errors exit 2)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from store import (
+    ANY,
+    DEFAULT_ENCODING,
+    NO_SESSION,
+    Expected,
+    SQLiteStore,
+    StoreError,
+    parse_events_json,
+)
+from turnlog.importers import IMPORT_FORMATS, import_file
+from turnlog.output import describe, emit, json_option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Group(click.Group):
+    """Turns library errors into one clear line and exit status 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from exc
+
+
+class _Context:
+    def __init__(self, db: str) -> None:
+        self.db = db
+
+    def open(self, *, create: bool = False, tokenizer: str | None = None) -> SQLiteStore:
+        return SQLiteStore.open(self.db, create=create, tokenizer=tokenizer)
+
+
+pass_ctx = click.make_pass_decorator(_Context)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="turnlog")
+@click.option(
+    "--db",
+    envvar="TURNLOG_DB",
+    default="turnlog.db",
+    show_default="$TURNLOG_DB or ./turnlog.db",
+    type=click.Path(dir_okay=False),
+    help="The store's file.",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: str) -> None:
+    """turnlog: an event-sourced conversation store for LLM agents.
+
+    Every message, tool call and return, todo update, artifact and token usage of an agent session is
+    appended to an immutable, hash-chained log; everything else is a projection of it.
+    """
+    ctx.obj = _Context(db)
+
+
+@cli.command()
+@click.option(
+    "--tokenizer",
+    default=None,
+    help=f"tiktoken encoding for token counts (default {DEFAULT_ENCODING}, which works offline).",
+)
+@json_option
+@pass_ctx
+def init(ctx: _Context, tokenizer: str | None, as_json: bool) -> None:
+    """Create a store (or check an existing one).
+
+    \b
+    Example:
+      turnlog --db agent.db init
+    """
+    existed = os.path.exists(ctx.db)
+    with ctx.open(create=True, tokenizer=tokenizer) as store:
+        data = {
+            "path": ctx.db,
+            "created": not existed,
+            "tokenizer": store.tokenizer.name,
+            "events": store.head_position(),
+        }
+    verb = "created" if data["created"] else "already exists:"
+    emit(
+        data,
+        as_json=as_json,
+        text=f"{verb} turnlog store {ctx.db} (tokenizer {data['tokenizer']}, {data['events']} events)",
+    )
+
+
+def _expected(value: str | None) -> Expected:
+    if value is None or value == "any":
+        return ANY
+    if value == "new":
+        return NO_SESSION
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter("use a version number, 'any' or 'new'") from None
+    if number < 0:
+        raise click.BadParameter("a version is 0 or more")
+    return number
+
+
+@cli.command()
+@click.argument("session")
+@click.option(
+    "--expected-version",
+    metavar="N|any|new",
+    help="Append only if the session's head version is N ('new': the session must not exist).",
+)
+@click.option(
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    default="-",
+    help="Read events from this file instead of standard input.",
+)
+@json_option
+@pass_ctx
+def append(ctx: _Context, session: str, expected_version: str | None, source: Any, as_json: bool) -> None:
+    """Append events to SESSION, atomically (all or nothing).
+
+    Events are JSON: one object, a list, or JSON lines, read from standard input.
+
+    \b
+    Example:
+      echo '{"type": "message_appended", "role": "user", "content": "hi"}' \\
+        | turnlog append my-session
+    """
+    expected = _expected(expected_version)
+    events = parse_events_json(source.read())
+    with ctx.open(create=True) as store:
+        records = store.append(session, events, expected_version=expected)
+    data = [
+        {"position": r.position, "version": r.version, "event_id": r.event_id, "type": r.type}
+        for r in records
+    ]
+    emit(data, as_json=as_json, columns=["position", "version", "type", "event_id"])
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--from-version", type=click.IntRange(min=1), default=1, help="First version shown.")
+@click.option("--to-version", type=click.IntRange(min=1), default=None, help="Last version shown.")
+@click.option("--width", type=click.IntRange(min=20), default=80, help="Text width per event.")
+@json_option
+@pass_ctx
+def log(
+    ctx: _Context,
+    session: str,
+    from_version: int,
+    to_version: int | None,
+    width: int,
+    as_json: bool,
+) -> None:
+    """Show SESSION's events, in order.
+
+    \b
+    Example:
+      turnlog log my-session --from-version 10
+    """
+    with ctx.open() as store:
+        store.require_session(session)
+        store.catch_up_tokens()
+        records = store.read_session(session, from_version=from_version, to_version=to_version)
+    if as_json:
+        emit([r.to_dict() for r in records], as_json=True)
+        return
+    rows = [
+        {
+            "ver": r.version,
+            "pos": r.position,
+            "type": r.type,
+            "tokens": r.tokens,
+            "event_id": r.event_id[:12],
+            "what": describe(r, width),
+        }
+        for r in records
+    ]
+    emit(rows, as_json=False, columns=["ver", "pos", "type", "tokens", "event_id", "what"])
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def sessions(ctx: _Context, as_json: bool) -> None:
+    """List the sessions with head version, event count and tokens."""
+    with ctx.open() as store:
+        summaries = store.sessions()
+    rows = [
+        {
+            "session": s.session_id,
+            "version": s.head_version,
+            "events": s.event_count,
+            "tokens": s.tokens,
+            "first": s.first_recorded_at[:19],
+            "last": s.last_recorded_at[:19],
+        }
+        for s in summaries
+    ]
+    emit(rows, as_json=as_json, columns=["session", "version", "events", "tokens", "first", "last"])
+
+
+@cli.command()
+@json_option
+@pass_ctx
+def verify(ctx: _Context, as_json: bool) -> None:
+    """Check the hash chain, the content blobs and the file's integrity.
+
+    Exits 1 and names the first bad position when anything is wrong.
+    """
+    with ctx.open() as store:
+        report = store.verify()
+    data = {
+        "ok": report.ok,
+        "events": report.events,
+        "head_hash": report.head_hash,
+        "first_bad_position": report.first_bad_position,
+        "problems": report.problems,
+    }
+    if report.ok:
+        text = f"ok: {report.events} events, hash chain intact (head {report.head_hash[:16]})"
+    else:
+        text = f"FAILED at position {report.first_bad_position}:\n" + "\n".join(
+            f"  {p}" for p in report.problems
+        )
+    emit(data, as_json=as_json, text=text)
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(IMPORT_FORMATS)),
+    required=True,
+    help="The transcript's format.",
+)
+@click.option("--session", help="Session id (NAME-1, NAME-2... when the file has several).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+@pass_ctx
+def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
+    """Import FILE ('-' for standard input) as sessions, one per conversation.
+
+    Safe to re-run: an already imported conversation is skipped, a grown one gets its new
+    messages appended.
+
+    \b
+    Example:
+      turnlog import chat.json --format openai --session support-42
+    """
+    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    bar = _ProgressBar("importing", enabled=not quiet and not as_json)
+    with ctx.open(create=True) as store, bar:
+        result = import_file(store, text, fmt, session=session, progress=bar.update)
+    emit(
+        result.sessions,
+        as_json=as_json,
+        columns=["session_id", "events", "appended", "skipped"],
+    )
+
+
+class _ProgressBar:
+    """A progress bar on standard error, shown only for long jobs on a terminal."""
+
+    def __init__(self, label: str, *, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._shown = 0
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total < 20:
+            return
+        if self._bar is None:
+            self._bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="turnlog")
+
+
+if __name__ == "__main__":
+    main()
