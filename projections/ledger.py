@@ -1,0 +1,497 @@
+"""The token ledger: where tokens went and what they cost. It folds provider usage, the tokens each event
+adds to the log and the manifests of built contexts into small aggregate tables, and prices them.
+
+Billing convention: ``input_tokens`` of ``usage_recorded`` include the cached prompt tokens (cache reads
+and cache writes), as OpenAI reports them; so the cost of a call is
+
+    (input − cache_read − cache_write)·input_price + cache_read·cache_read_price
+    + cache_write·cache_write_price + output·output_price
+
+with prices in USD per million tokens. Reasoning tokens are part of the output tokens and are not billed
+again. Importers of providers that report input without the cached tokens (Anthropic) must add them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from projections.materialize import Projection
+from store import (
+    ContextBuilt,
+    RecordedEvent,
+    RunFinished,
+    RunStarted,
+    SQLiteStore,
+    StoreError,
+    UsageRecorded,
+)
+from store.events import describe_validation_error
+
+NONE = ""
+"""Stored in a key column for "no run" or "no model" (key columns cannot be NULL); reported as None."""
+
+OVERHEAD = "overhead"
+"""The category of a context's tokens that no manifest entry holds (the reply priming)."""
+
+Grouping = Literal["session", "run", "model", "day", "category"]
+
+
+# --- prices ----------------------------------------------------------------------------------
+
+
+class PriceTableError(StoreError):
+    """A price table file cannot be read or does not have the expected shape."""
+
+
+Price = Annotated[float, Field(ge=0)]
+
+
+class ModelPrice(BaseModel):
+    """What one model costs, in USD per million tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    input: Price
+    """Uncached prompt tokens."""
+    output: Price
+    """Completion tokens (reasoning tokens included)."""
+    cache_read: Price
+    """Prompt tokens read from the provider's cache."""
+    cache_write: Price
+    """Prompt tokens written to the provider's cache (the input price where writes cost nothing extra)."""
+
+    def cost(self, input: int, output: int, cache_read: int, cache_write: int) -> float:
+        """USD for these tokens, under the module's convention (``input`` includes the cached ones)."""
+        uncached = max(0, input - cache_read - cache_write)
+        return (
+            uncached * self.input
+            + cache_read * self.cache_read
+            + cache_write * self.cache_write
+            + output * self.output
+        ) / 1_000_000
+
+
+class PriceTable(BaseModel):
+    """Prices per model, with the date they were taken and where from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    date: Annotated[str, StringConstraints(min_length=1)]
+    """When the prices were taken (they change: check them before relying on them)."""
+    source: Annotated[str, StringConstraints(min_length=1)]
+    """Where they come from."""
+    models: dict[Annotated[str, StringConstraints(min_length=1)], ModelPrice]
+    """Model name (or name prefix) -> its prices."""
+
+    def price_for(self, model: str) -> ModelPrice | None:
+        """The model's prices: by exact name, else the longest table key that is a prefix of the name
+        (``gpt-4o-2024-08-06`` -> ``gpt-4o``); None when no key matches."""
+        exact = self.models.get(model)
+        if exact is not None:
+            return exact
+        prefixes = [key for key in self.models if model.startswith(key)]
+        return self.models[max(prefixes, key=len)] if prefixes else None
+
+
+def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
+    """The bundled price table (a dated snapshot of public list prices), or the one in a JSON file of the
+    same shape: ``{"date": ..., "source": ..., "models": {name: {"input", "output", "cache_read",
+    "cache_write"}}}``, USD per million tokens. Raises PriceTableError naming the problem."""
+    if path is None:
+        where = "the bundled price table"
+        text = resources.files("projections").joinpath("data/prices.json").read_text(encoding="utf-8")
+    else:
+        where = f"price table {os.fspath(path)}"
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PriceTableError(f"cannot read {where}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PriceTableError(
+            f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    try:
+        return PriceTable.model_validate(data)
+    except ValidationError as exc:
+        raise PriceTableError(
+            f"{where} is malformed: {describe_validation_error(exc)}; expected "
+            '{"date": ..., "source": ..., "models": {"<model>": {"input": ..., "output": ..., '
+            '"cache_read": ..., "cache_write": ...}}} in USD per million tokens'
+        ) from None
+
+
+# --- the projection --------------------------------------------------------------------------
+
+
+class Ledger(Projection):
+    """Aggregates, each keyed by session first so one session's audit reads a key range:
+
+    - ``ledger_usage``: provider-billed tokens per session, run, model and day;
+    - ``ledger_appended``: tokens added to the log per session, run, day and event type;
+    - ``ledger_sent``: manifest tokens per session, run, model, day and category;
+    - ``ledger_contexts``: built contexts and their total tokens per session, run, model and day;
+    - ``ledger_runs``: state, the run open in each session.
+
+    The run of a usage or a context is the event's own ``run_id``, else the run open in its session;
+    the run of an appended event is the run open in its session (a ``run_started`` and its
+    ``run_finished`` belong to their run). A ``run_started`` while another run is open replaces it;
+    a ``run_finished`` for a run that is not the open one changes nothing."""
+
+    name: ClassVar[str] = "ledger"
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = (
+        "ledger_usage",
+        "ledger_appended",
+        "ledger_sent",
+        "ledger_contexts",
+        "ledger_runs",
+    )
+    types: ClassVar[tuple[str, ...] | None] = None  # every event adds (possibly zero) tokens
+
+    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+        for statement in f"""
+            CREATE TABLE IF NOT EXISTS {schema}.ledger_usage (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,            -- '' when none
+                model TEXT NOT NULL,
+                day TEXT NOT NULL,               -- recorded_at[:10], UTC
+                calls INTEGER NOT NULL,
+                input INTEGER NOT NULL,          -- includes cache_read and cache_write
+                output INTEGER NOT NULL,         -- includes reasoning
+                cache_read INTEGER NOT NULL,
+                cache_write INTEGER NOT NULL,
+                reasoning INTEGER NOT NULL,
+                PRIMARY KEY (session_id, run_id, model, day)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ledger_appended (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                day TEXT NOT NULL,
+                event_type TEXT NOT NULL,
+                events INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,
+                PRIMARY KEY (session_id, run_id, day, event_type)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ledger_sent (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                model TEXT NOT NULL,             -- the manifest's model, '' when none
+                day TEXT NOT NULL,
+                category TEXT NOT NULL,          -- a manifest category, or 'overhead'
+                contexts INTEGER NOT NULL,       -- contexts with tokens in this category
+                entries INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,
+                PRIMARY KEY (session_id, run_id, model, day, category)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ledger_contexts (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                model TEXT NOT NULL,
+                day TEXT NOT NULL,
+                contexts INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,         -- sum of total_tokens
+                PRIMARY KEY (session_id, run_id, model, day)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ledger_runs (
+                session_id TEXT PRIMARY KEY,
+                run_id TEXT NOT NULL
+            ) STRICT, WITHOUT ROWID
+            """.split(";"):
+            conn.execute(statement)
+
+    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        # Summed in memory, then added to the stored rows: sums do not depend on how the log is cut
+        # into batches, which keeps incremental catch-up equal to a rebuild.
+        runs: dict[str, str] = {}
+        usage: dict[tuple[str, ...], list[int]] = {}
+        appended: dict[tuple[str, ...], list[int]] = {}
+        sent: dict[tuple[str, ...], list[int]] = {}
+        contexts: dict[tuple[str, ...], list[int]] = {}
+
+        def open_run(sid: str) -> str:
+            found = runs.get(sid)
+            if found is None:
+                row = conn.execute("SELECT run_id FROM ledger_runs WHERE session_id = ?", (sid,)).fetchone()
+                found = runs[sid] = row[0] if row else NONE
+            return found
+
+        for record in records:
+            event = record.event
+            sid = record.session_id
+            day = record.recorded_at[:10]
+            if isinstance(event, RunStarted):
+                runs[sid] = event.run_id
+            run = open_run(sid)
+            _add(appended, (sid, run, day, record.type), 1, record.tokens or 0)
+            if isinstance(event, RunFinished) and run == event.run_id:
+                runs[sid] = NONE
+            elif isinstance(event, UsageRecorded):
+                _add(
+                    usage,
+                    (sid, event.run_id or run, event.model, day),
+                    1,
+                    event.input_tokens,
+                    event.output_tokens,
+                    event.cache_read_tokens,
+                    event.cache_write_tokens,
+                    event.reasoning_tokens,
+                )
+            elif isinstance(event, ContextBuilt):
+                key = (sid, event.run_id or run, event.model or NONE, day)
+                _add(contexts, key, 1, event.total_tokens)
+                per_category: dict[str, list[int]] = {}
+                for entry in event.entries:
+                    _add(per_category, entry.category, 1, entry.tokens)
+                listed = sum(tokens for _, tokens in per_category.values())
+                if event.total_tokens > listed:
+                    per_category[OVERHEAD] = [0, event.total_tokens - listed]
+                for category, (entries, tokens) in per_category.items():
+                    _add(sent, (*key, category), 1, entries, tokens)
+
+        _upsert(conn, "ledger_usage", _USAGE_KEY, _USAGE_SUMS, usage)
+        _upsert(
+            conn,
+            "ledger_appended",
+            ("session_id", "run_id", "day", "event_type"),
+            ("events", "tokens"),
+            appended,
+        )
+        _upsert(conn, "ledger_sent", (*_CONTEXT_KEY, "category"), ("contexts", "entries", "tokens"), sent)
+        _upsert(conn, "ledger_contexts", _CONTEXT_KEY, ("contexts", "tokens"), contexts)
+        conn.executemany(
+            "DELETE FROM ledger_runs WHERE session_id = ?", [(sid,) for sid, run in runs.items() if not run]
+        )
+        conn.executemany(
+            "INSERT INTO ledger_runs (session_id, run_id) VALUES (?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
+            [(sid, run) for sid, run in runs.items() if run],
+        )
+
+
+# --- the audit -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    """Tokens and cost of one group. A column the grouping cannot fill is None (appended tokens have
+    no model; the category view has only sent tokens and contexts)."""
+
+    key: str | None
+    """The session, run, model, day or category; None for "no run" or "no model" (and for totals)."""
+    calls: int | None
+    """Model calls (``usage_recorded`` events)."""
+    input: int | None
+    """Billed prompt tokens, cached ones included."""
+    output: int | None
+    """Billed completion tokens, reasoning included."""
+    cache_read: int | None
+    """Prompt tokens read from the provider's cache."""
+    cache_write: int | None
+    """Prompt tokens written to the provider's cache."""
+    reasoning: int | None
+    """Reasoning tokens (already part of ``output``)."""
+    appended: int | None
+    """Tokens the group's events added to the log (stored counts)."""
+    sent: int | None
+    """Tokens of the contexts built (``total_tokens``; in the category view, the entries' tokens)."""
+    contexts: int | None
+    """Contexts built (in the category view: contexts with tokens in that category)."""
+    cost: float | None
+    """USD from the price table; None when a model of the group has no price (see ``unknown_models``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """The ledger, grouped one way, with totals that do not depend on the grouping."""
+
+    by: Grouping
+    """How the rows are grouped."""
+    session_id: str | None
+    """The session audited; None for the whole store."""
+    rows: tuple[AuditRow, ...]
+    """One per group, ordered by key (None last; categories in their fixed order)."""
+    totals: AuditRow
+    """Every column over all the audited events (key None)."""
+    unknown_models: tuple[str, ...]
+    """Billed models the price table has no price for: their cost is None."""
+    prices_date: str
+    """The date of the price table used."""
+    prices_source: str
+    """Where its prices come from."""
+
+
+CATEGORIES = ("system", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
+"""The order of the category view."""
+
+_DIMENSIONS: dict[str, str] = {"session": "session_id", "run": "run_id", "model": "model", "day": "day"}
+
+
+def audit(
+    store: SQLiteStore,
+    session_id: str | None = None,
+    by: Grouping = "session",
+    prices: PriceTable | None = None,
+) -> AuditReport:
+    """Where the tokens went, grouped by session, run, model, day or category, and what they cost.
+
+    Reads only the ledger's aggregate tables (a key range of them for one session). ``prices``
+    defaults to the bundled table (:func:`load_prices`). Cost follows the module's convention: input
+    includes the cached tokens, reasoning tokens are billed as output once; a row whose billed models
+    are not all priced has cost None, and the report lists those models."""
+    if by not in (*_DIMENSIONS, "category"):
+        raise StoreError(f"cannot group the audit by {by!r}; use session, run, model, day or category")
+    table = prices if prices is not None else load_prices()
+    if session_id is not None:
+        store.require_session(session_id)
+    from projections.registry import materializer  # here: the registry imports this module
+
+    materializer(store).catch_up()
+    where, params = ("WHERE session_id = ?", (session_id,)) if session_id is not None else ("", ())
+    unknown: set[str] = set()
+    with store.reading() as conn:
+        totals = _gather(conn, None, where, params, table, unknown)[None]
+        if by == "category":
+            found = {
+                category: _sent_only(category, tokens, contexts)
+                for category, contexts, tokens in conn.execute(
+                    f"SELECT category, sum(contexts), sum(tokens) FROM ledger_sent {where} GROUP BY category",
+                    params,
+                )
+            }
+            order = [c for c in CATEGORIES if c in found] + sorted(set(found) - set(CATEGORIES))
+            rows = tuple(found[c] for c in order)
+        else:
+            grouped = _gather(conn, _DIMENSIONS[by], where, params, table, unknown)
+            rows = tuple(grouped[k] for k in sorted(grouped, key=lambda k: (k is None, k or "")))
+    return AuditReport(
+        by=by,
+        session_id=session_id,
+        rows=rows,
+        totals=totals,
+        unknown_models=tuple(sorted(unknown)),
+        prices_date=table.date,
+        prices_source=table.source,
+    )
+
+
+def _gather(
+    conn: sqlite3.Connection,
+    dimension: str | None,
+    where: str,
+    params: tuple[Any, ...],
+    prices: PriceTable,
+    unknown: set[str],
+) -> dict[str | None, AuditRow]:
+    """Rows keyed by ``dimension`` (None: one row of totals, keyed None)."""
+    group = dimension or "NULL"
+    usage: dict[str | None, list[int]] = {}
+    costs: dict[str | None, float | None] = {}
+    for key, model, *sums in conn.execute(
+        f"SELECT {group}, model, {', '.join(f'sum({c})' for c in _USAGE_SUMS)} FROM ledger_usage "
+        f"{where} GROUP BY {group}, model",
+        params,
+    ):
+        key = key or None
+        _add(usage, key, *sums)
+        price = prices.price_for(model)
+        if price is None:
+            unknown.add(model)
+            costs[key] = None
+        else:
+            _, input, output, cache_read, cache_write, _ = sums
+            before = costs.get(key, 0.0)
+            costs[key] = (
+                None if before is None else before + price.cost(input, output, cache_read, cache_write)
+            )
+    appended: dict[str | None, int] = {}
+    if dimension != "model":  # appended events have no model
+        for key, tokens in conn.execute(
+            f"SELECT {group}, sum(tokens) FROM ledger_appended {where} GROUP BY {group}", params
+        ):
+            appended[key or None] = tokens
+    sent: dict[str | None, list[int]] = {}
+    for key, contexts, tokens in conn.execute(
+        f"SELECT {group}, sum(contexts), sum(tokens) FROM ledger_contexts {where} GROUP BY {group}", params
+    ):
+        sent[key or None] = [contexts, tokens]
+    rows = {}
+    keys = set(usage) | set(appended) | set(sent)
+    if dimension is None:
+        keys.add(None)  # totals exist even for an empty ledger
+    for key in keys:
+        calls, input, output, cache_read, cache_write, reasoning = usage.get(key, [0] * len(_USAGE_SUMS))
+        contexts, tokens = sent.get(key, [0, 0])
+        rows[key] = AuditRow(
+            key,
+            calls=calls,
+            input=input,
+            output=output,
+            cache_read=cache_read,
+            cache_write=cache_write,
+            reasoning=reasoning,
+            appended=None if dimension == "model" else appended.get(key, 0),
+            sent=tokens,
+            contexts=contexts,
+            cost=costs.get(key, 0.0),
+        )
+    return rows
+
+
+def _sent_only(category: str, tokens: int, contexts: int) -> AuditRow:
+    return AuditRow(
+        category,
+        calls=None,
+        input=None,
+        output=None,
+        cache_read=None,
+        cache_write=None,
+        reasoning=None,
+        appended=None,
+        sent=tokens,
+        contexts=contexts,
+        cost=None,
+    )
+
+
+_USAGE_KEY = ("session_id", "run_id", "model", "day")
+_USAGE_SUMS = ("calls", "input", "output", "cache_read", "cache_write", "reasoning")
+_CONTEXT_KEY = ("session_id", "run_id", "model", "day")
+
+K = TypeVar("K", bound=Hashable)
+
+
+def _add(sums: dict[K, list[int]], key: K, *values: int) -> None:
+    found = sums.get(key)
+    if found is None:
+        sums[key] = list(values)
+    else:
+        for i, value in enumerate(values):
+            found[i] += value
+
+
+def _upsert(
+    conn: sqlite3.Connection,
+    table: str,
+    keys: tuple[str, ...],
+    sums: tuple[str, ...],
+    rows: dict[tuple[str, ...], list[int]],
+) -> None:
+    if not rows:
+        return
+    columns = (*keys, *sums)
+    conn.executemany(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+        + ", ".join(f"{name} = {name} + excluded.{name}" for name in sums),
+        [(*key, *values) for key, values in rows.items()],
+    )
