@@ -8,7 +8,7 @@ import difflib
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from store.errors import UnknownSessionError
 from store.events import Event
@@ -147,6 +147,14 @@ class EventStore(abc.ABC):
         """The session's own events with from_version <= version <= to_version, in order."""
 
     @abc.abstractmethod
+    def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
+        """The session's events with these versions, in order (missing versions are left out)."""
+
+    @abc.abstractmethod
+    def version_at(self, session_id: str, position: int) -> int:
+        """The session's last version at or before a global position (0 if none)."""
+
+    @abc.abstractmethod
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
         """The session's newest ``limit`` events, in log order."""
 
@@ -197,7 +205,7 @@ class EventStore(abc.ABC):
             raise UnknownSessionError(session_id, close)
         return head
 
-    def __enter__(self) -> EventStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,7 +36,8 @@ def new_event_id() -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: JSON cannot hold inf or nan, and they would silently be stored as null.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class _Event(_Model):
@@ -289,6 +290,50 @@ class MessageUnpinned(_Event):
     """Why it may go."""
 
 
+class ManifestEntry(_Model):
+    """One message of a built context, and where it came from."""
+
+    event_ids: tuple[str, ...]
+    """The events it was rendered from (empty for a notice)."""
+    role: Literal["system", "user", "assistant", "tool"]
+    """Its role in the chat format."""
+    mode: Literal["full", "capped", "synthesized", "notice", "summary"]
+    """How it is shown: whole, capped by tokens, made up by the projection, a notice, a summary."""
+    category: Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
+    """What kind of tokens it spends (the token audit groups by this)."""
+    tokens: NonNegative
+    """Its tokens, including the chat format's per-message overhead."""
+
+
+class ContextBuilt(_Event):
+    """A record of exactly what a context builder sent to the model for one call."""
+
+    type: Literal["context_built"] = "context_built"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    at_position: NonNegative
+    """The log position the context was built as of."""
+    head_version: NonNegative
+    """The session's last version included."""
+    format: Literal["openai", "anthropic", "text"]
+    """The output format."""
+    tokenizer: str
+    """The encoding the token counts use."""
+    budget: Annotated[int, Field(ge=1)]
+    """The prompt budget in tokens."""
+    total_tokens: NonNegative
+    """Tokens of the whole context (chat-format overhead included)."""
+    policy: dict[str, JsonValue]
+    """The policy it was built with."""
+    entries: tuple[ManifestEntry, ...]
+    """Each message sent, in order."""
+    run_id: Identifier | None = None
+    """The run the model call belongs to."""
+    model: str | None = None
+    """The model it was built for, if known."""
+
+
 Event: TypeAlias = Annotated[
     SessionStarted
     | MessageAppended
@@ -299,7 +344,8 @@ Event: TypeAlias = Annotated[
     | RunStarted
     | RunFinished
     | MessagePinned
-    | MessageUnpinned,
+    | MessageUnpinned
+    | ContextBuilt,
     Field(discriminator="type"),
 ]
 """Any event of the log."""
@@ -319,6 +365,7 @@ EVENT_CLASSES: dict[str, type[_Event]] = {
         RunFinished,
         MessagePinned,
         MessageUnpinned,
+        ContextBuilt,
     )
 }
 """Event type name -> model class."""

@@ -11,13 +11,14 @@ import json
 import os
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from store.base import (
     ANY,
@@ -172,8 +173,10 @@ class SQLiteStore(EventStore):
         try:
             with _translate(path_str):
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+                # Before anything that writes: WAL mode would rewrite another program's file.
+                _refuse_foreign(conn, path_str)
                 if not memory:
-                    conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                    _enable_wal(conn, busy_timeout)
                 conn.execute(f"PRAGMA synchronous = {synchronous}")
                 recorded = _migrate(conn, path_str, tokenizer or DEFAULT_ENCODING)
             if tokenizer is not None and tokenizer != recorded:
@@ -337,6 +340,8 @@ class SQLiteStore(EventStore):
         where = f"event {index}"
         if not hasattr(event, "event_id") or not hasattr(event, "type"):
             event = parse_event(event, where=where)
+        for name, value in event:
+            _check_unicode(value, f"{where} ({event.type}): {name}")
         content: str | None = None
         blob: tuple[str, int, str, bytes] | None = None
         updates: dict[str, Any] = {}
@@ -431,8 +436,11 @@ class SQLiteStore(EventStore):
                 )
                 + "; use new event ids for new events"
             )
-        positions = sorted(row[5] for row in found.values())
-        return self._read(conn, "WHERE e.position BETWEEN ? AND ?", (positions[0], positions[-1]))
+        by_id: dict[str, RecordedEvent] = {}
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            by_id.update((r.event_id, r) for r in self._read(conn, f"WHERE e.event_id IN ({marks})", chunk))
+        return [by_id[event_id] for event_id in ids]
 
     def _check_semantics(
         self, conn: sqlite3.Connection, session_id: str, head: int, prepared: list[_Prepared]
@@ -468,26 +476,31 @@ class SQLiteStore(EventStore):
         with self.reading() as conn:
             row = conn.execute(
                 "SELECT count(*) FROM events WHERE position > ? AND tokens IS NULL",
-                (_counted_through(conn),),
+                (counted_through(conn),),
             ).fetchone()
             return int(row[0])
 
     def catch_up_tokens(self) -> int:
+        # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
+        # keep a reader here; what it adds meanwhile is counted by the next read.
         counted = 0
+        target: int | None = None
         while True:
             with self.reading() as conn:
-                start = _counted_through(conn)
-                head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+                start = counted_through(conn)
+                if target is None:
+                    target = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+                if start >= target:
+                    return counted
                 pending = self._read(
                     conn,
-                    "WHERE e.position > ? AND e.tokens IS NULL ORDER BY e.position LIMIT 2000",
-                    (start,),
+                    "WHERE e.position > ? AND e.position <= ? AND e.tokens IS NULL "
+                    "ORDER BY e.position LIMIT 2000",
+                    (start, target),
                 )
-            if not pending and start >= head:
-                return counted
             # Count outside any transaction, so writers are never kept waiting by tiktoken.
             counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
-            through = pending[-1].position if len(pending) == 2000 else head
+            through = pending[-1].position if len(pending) == 2000 else target
             with self.atomic() as conn:
                 conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
                 conn.execute(
@@ -513,6 +526,31 @@ class SQLiteStore(EventStore):
                 "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version",
                 (session_id, from_version, to_version if to_version is not None else 2**62),
             )
+
+    def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
+        """The session's events with these versions, in order (missing versions are left out)."""
+        self.catch_up_tokens()
+        found: list[RecordedEvent] = []
+        with self.reading() as conn:
+            for start in range(0, len(versions), 500):
+                chunk = list(versions[start : start + 500])
+                found += self._read(
+                    conn,
+                    f"WHERE e.session_id = ? AND e.version IN ({','.join('?' * len(chunk))})",
+                    (session_id, *chunk),
+                )
+        found.sort(key=lambda r: r.version)
+        return found
+
+    def version_at(self, session_id: str, position: int) -> int:
+        """The session's last version at or before a global position (0 if none)."""
+        with self._lock, _translate(self.path):
+            row = self.conn.execute(
+                "SELECT version FROM events WHERE session_id = ? AND position <= ? "
+                "ORDER BY version DESC LIMIT 1",
+                (session_id, position),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
         self.catch_up_tokens()
@@ -593,7 +631,11 @@ class SQLiteStore(EventStore):
             raise UnknownArtifactError(
                 f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
             )
-        return Blob(row[0], row[1], _decode_blob(row[2], row[3]).decode("utf-8"))
+        try:
+            text = _decode_blob(row[2], row[3]).decode("utf-8")
+        except (zlib.error, UnicodeDecodeError) as exc:
+            raise CorruptStoreError(f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`") from exc
+        return Blob(row[0], row[1], text)
 
     def count_events(self) -> int:
         """The number of events in the store."""
@@ -685,13 +727,7 @@ def _translate(path: str) -> Iterator[None]:
 
 def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
     """Create or upgrade the schema; return the tokenizer the store records."""
-    db = sqlite_utils.Database(conn)
-    tables = set(db.table_names())
-    if tables and "turnlog_migrations" not in tables:
-        raise CorruptStoreError(
-            f"{path} is an SQLite database but not a turnlog store (tables: "
-            f"{', '.join(sorted(tables)[:5])}); choose another path"
-        )
+    _refuse_foreign(conn, path)
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(
@@ -716,6 +752,7 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
             )
         row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
         if row is None:
+            load_tokenizer(tokenizer)  # raises (and rolls back) before an unusable name is recorded
             conn.execute(
                 "INSERT INTO turnlog_meta (key, value) VALUES ('tokenizer', ?), ('created_at', ?)",
                 (tokenizer, _now()),
@@ -728,6 +765,32 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
         conn.execute("ROLLBACK")
         raise
     return str(recorded)
+
+
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch a file to WAL. On a file not yet in WAL mode, SQLite answers SQLITE_BUSY at once while
+    another connection holds a lock (its busy handler is not called for this pragma), so retry
+    until the busy timeout runs out."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
+    tables = set(sqlite_utils.Database(conn).table_names())
+    if tables and "turnlog_migrations" not in tables:
+        raise CorruptStoreError(
+            f"{path} is an SQLite database but not a turnlog store (tables: "
+            f"{', '.join(sorted(tables)[:5])}); choose another path"
+        )
 
 
 def _statements(sql: str) -> list[str]:
@@ -748,10 +811,10 @@ def _statements(sql: str) -> list[str]:
 
 def _record(row: Sequence[Any]) -> RecordedEvent:
     (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
-    body = json.loads(payload)
-    if blob_id is not None:
-        body["content"] = _decode_blob(row[12], row[13]).decode("utf-8")
     try:
+        body = json.loads(payload)
+        if blob_id is not None:
+            body["content"] = _decode_blob(row[12], row[13]).decode("utf-8")
         event = load_stored(etype, sv, event_id, body)
     except Exception as exc:
         detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
@@ -761,7 +824,22 @@ def _record(row: Sequence[Any]) -> RecordedEvent:
     return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
 
 
-def _counted_through(conn: sqlite3.Connection) -> int:
+def records_between(
+    conn: sqlite3.Connection, after: int, through: int, types: Sequence[str] | None = None
+) -> list[RecordedEvent]:
+    """The events with after < position <= through (optionally only some types), read on ``conn``
+    inside the caller's transaction. For projections that materialize in the store's file."""
+    type_filter = ""
+    if types:
+        type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
+    rows = conn.execute(
+        f"{_EVENT_SELECT} WHERE e.position > ? AND e.position <= ?{type_filter} ORDER BY e.position",
+        (after, through, *(types or ())),
+    )
+    return [_record(row) for row in rows]
+
+
+def counted_through(conn: sqlite3.Connection) -> int:
     """Every event at or below this position has its token count."""
     row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'").fetchone()
     return int(row[0]) if row else 0
@@ -822,16 +900,45 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[start : start + size]
 
 
+def _check_unicode(value: object, where: str) -> None:
+    """Refuse lone surrogates (left by surrogateescape decoding): UTF-8 cannot hold them, and the
+    JSON serializer fails on them in values and silently replaces them in keys."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidEventError(
+                f"{where}: {value[exc.start : exc.end]!r} is not valid Unicode (a lone surrogate); "
+                "decode the text with errors='replace'"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode(key, where)
+            _check_unicode(item, where)
+    elif isinstance(value, (list, tuple, BaseModel)):
+        for item in value:
+            _check_unicode(item[1] if isinstance(value, BaseModel) else item, where)
+
+
 def _check_session_id(session_id: str) -> None:
     if (
         not isinstance(session_id, str)
         or not session_id
         or len(session_id) > 200
         or any(c.isspace() for c in session_id)
+        or not _is_unicode(session_id)
     ):
         raise InvalidEventError(
             f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace"
         )
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_expected(expected: object) -> None:

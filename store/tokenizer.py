@@ -43,6 +43,36 @@ class Tokenizer:
         """Text of token ids (invalid UTF-8 at a cut is replaced)."""
         return str(self._encoding.decode(tokens, errors="replace"))
 
+    def head(self, text: str, n: int) -> str:
+        """The text of the first ``n`` tokens of ``text``, cut at a character boundary. Only a prefix
+        a little longer than needed is encoded, so the cost follows ``n``, not the text's length."""
+        if n <= 0:
+            return ""
+        size = n * 6 + 16
+        while True:
+            piece = text[:size]
+            tokens = self._encoding.encode_ordinary(piece)
+            if len(tokens) > n or size >= len(text):
+                data: bytes = self._encoding.decode_bytes(tokens[:n])
+                return data.decode("utf-8", errors="ignore")
+            size *= 2
+
+    def tail(self, text: str, n: int) -> str:
+        """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
+        character boundary; like :meth:`head`, it encodes only a suffix."""
+        if n <= 0:
+            return ""
+        size = n * 6 + 16
+        while True:
+            piece = text[-size:]
+            tokens = self._encoding.encode_ordinary(piece)
+            if len(tokens) > n + 1 or size >= len(text):
+                # The first token of a cut slice may be a fragment: skip it when there is room.
+                keep = tokens[-n:] if len(tokens) > n else tokens
+                data: bytes = self._encoding.decode_bytes(keep)
+                return data.decode("utf-8", errors="ignore")
+            size *= 2
+
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r})"
 

@@ -297,16 +297,6 @@ def test_racing_retries_with_the_same_ids_store_each_batch_once(tmp_path: Path, 
 # --- opening a new store while another process writes it ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "store bug: SQLiteStore.open (store/sqlite.py) runs `PRAGMA journal_mode = WAL` on a file "
-        "that is not in WAL mode yet; while another connection holds the write lock (as a process "
-        "creating the same store does for a moment), SQLite answers SQLITE_BUSY at once without "
-        "calling the busy handler, and open raises StoreError '... is busy: another process held the "
-        "write lock past the busy timeout' immediately instead of waiting for busy_timeout"
-    ),
-)
 def test_open_of_a_new_store_waits_for_another_writer(tmp_path: Path, procs: Processes) -> None:
     """Agent workers started together on a store that does not exist yet all open it: an opener waits
     (up to its busy timeout) while another process holds the new file's write lock. Unsynchronised

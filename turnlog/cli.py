@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
+from projections.capping import MIN_CAP
+from projections.context import ContextPolicy, build_context
 from store import (
     ANY,
     DEFAULT_ENCODING,
@@ -21,7 +23,7 @@ from store import (
     parse_events_json,
 )
 from turnlog.importers import IMPORT_FORMATS, import_file
-from turnlog.output import describe, emit, json_option
+from turnlog.output import describe, emit, json_option, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,6 +46,9 @@ class _Context:
 
     def open(self, *, create: bool = False, tokenizer: str | None = None) -> SQLiteStore:
         return SQLiteStore.open(self.db, create=create, tokenizer=tokenizer)
+
+    def __repr__(self) -> str:
+        return f"_Context({self.db!r})"
 
 
 pass_ctx = click.make_pass_decorator(_Context)
@@ -300,6 +305,99 @@ class _ProgressBar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--budget", type=click.IntRange(min=1), required=True, help="Prompt tokens, all included.")
+@click.option(
+    "--max-tool-tokens",
+    type=click.IntRange(min=MIN_CAP),
+    default=1000,
+    show_default=True,
+    help="Inline cap per tool output (the rest stays fetchable as an artifact).",
+)
+@click.option(
+    "--max-message-tokens",
+    type=click.IntRange(min=MIN_CAP),
+    default=4000,
+    show_default=True,
+    help="Cap for an over-long user or assistant message.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["openai", "anthropic", "text"]),
+    default="openai",
+    show_default=True,
+    help="Output format.",
+)
+@click.option("--at", type=click.IntRange(min=1), help="Build it as of this log position (replay).")
+@click.option("--cap-open-run", is_flag=True, help="Cap tool outputs of the open run too.")
+@click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
+@click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
+@json_option
+@pass_ctx
+def context(
+    ctx: _Context,
+    session: str,
+    budget: int,
+    max_tool_tokens: int,
+    max_message_tokens: int,
+    fmt: str,
+    at: int | None,
+    cap_open_run: bool,
+    manifest: bool,
+    record: bool,
+    as_json: bool,
+) -> None:
+    """Build the context to send to the model for SESSION under a token budget.
+
+    System messages, the first user message and pinned messages are always kept; then the newest
+    messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
+    anthropic formats print JSON; text is for people.
+
+    \b
+    Example:
+      turnlog context chat-1 --budget 8000 --format anthropic --manifest
+    """
+    policy = ContextPolicy(
+        budget=budget,
+        max_tool_tokens=max_tool_tokens,
+        max_message_tokens=max_message_tokens,
+        format=fmt,
+        cap_open_run=cap_open_run,
+    )
+    with ctx.open() as store:
+        built = build_context(store, session, policy, at=at, record=record)
+    if fmt == "text" and not as_json:
+        click.echo(built.rendered)
+        if manifest:
+            click.echo("\n" + _manifest_table(built.manifest()))
+        return
+    data: Any = built.rendered
+    if manifest or as_json:
+        data = {"messages": built.rendered, "manifest": built.manifest()}
+    emit(data, as_json=True)
+
+
+def _manifest_table(manifest: dict[str, Any]) -> str:
+    rows = [
+        {
+            "#": i,
+            "role": e["role"],
+            "mode": e["mode"],
+            "category": e["category"],
+            "tokens": e["tokens"],
+            "events": ",".join(x[:12] for x in e["event_ids"]),
+        }
+        for i, e in enumerate(manifest["entries"], 1)
+    ]
+    head = (
+        f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens "
+        f"({manifest['tokenizer']}), {manifest['omitted_messages']:,} messages left out"
+    )
+    return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
 
 
 def main() -> None:

@@ -1,0 +1,73 @@
+"""Capping text by real tokens: the head and tail of the text around a notice, where the notice
+counts against the cap. Used for tool outputs and over-long messages in the context, and for every
+result the agent-facing tool returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from store import Tokenizer
+
+MIN_CAP = 32
+"""The smallest cap that leaves room for a notice and some text."""
+
+Notice = Callable[[int, int], str]
+"""(tokens shown, tokens in all) -> the notice text put between head and tail."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capped:
+    """Text after capping."""
+
+    text: str
+    """What to show."""
+    tokens: int
+    """Exact tokens of ``text``."""
+    total_tokens: int
+    """Tokens of the original text."""
+    capped: bool
+    """False when the text fitted and is shown whole."""
+
+
+def cap_text(
+    text: str,
+    max_tokens: int,
+    tokenizer: Tokenizer,
+    notice: Notice,
+    *,
+    total_tokens: int | None = None,
+    head_share: float = 0.7,
+) -> Capped:
+    """``text`` whole if it has at most ``max_tokens`` tokens; otherwise its head and tail around
+    ``notice(shown, total)``, the whole result (notice included) at most ``max_tokens`` tokens.
+
+    ``total_tokens`` is the text's stored count, when known, so that a text that fits is never
+    tokenized again. The cost of capping follows ``max_tokens``, not the length of the text."""
+    if max_tokens < MIN_CAP:
+        raise ValueError(f"a token cap must be at least {MIN_CAP}, got {max_tokens}")
+    total = total_tokens if total_tokens is not None else tokenizer.count(text)
+    if total <= max_tokens:
+        return Capped(text, total, total, False)
+    # Reserve room for the notice as it will read with the largest numbers it can show.
+    reserve = tokenizer.count(notice(total, total)) + 2
+    available = max_tokens - reserve
+    for _ in range(6):
+        if available <= 0:
+            break
+        head_n = max(1, int(available * head_share))
+        tail_n = max(0, available - head_n)
+        head = tokenizer.head(text, head_n)
+        tail = tokenizer.tail(text, tail_n)
+        shown = tokenizer.count(head) + tokenizer.count(tail)
+        result = f"{head}\n{notice(shown, total)}\n{tail}" if tail else f"{head}\n{notice(shown, total)}"
+        tokens = tokenizer.count(result)
+        if tokens <= max_tokens:
+            return Capped(result, tokens, total, True)
+        available -= tokens - max_tokens
+    only = notice(0, total)
+    tokens = tokenizer.count(only)
+    if tokens > max_tokens:
+        only = tokenizer.head(only, max_tokens)
+        tokens = tokenizer.count(only)
+    return Capped(only, tokens, total, True)

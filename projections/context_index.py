@@ -1,0 +1,208 @@
+"""The context index: per session, one light row per message with its stored token count and running
+totals, the pairing of tool calls with their returns, pin intervals and run boundaries. It lets the
+context builder read only the retained messages and the tail, whatever the session's length."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from projections.materialize import Projection
+from store import (
+    MessageAppended,
+    MessagePinned,
+    MessageUnpinned,
+    RecordedEvent,
+    RunFinished,
+    RunStarted,
+    ToolReturned,
+)
+
+
+@dataclass(slots=True)
+class _SessionState:
+    messages: int
+    tokens: int
+    has_first_user: bool
+
+
+class ContextIndex(Projection):
+    """Rows the context builder reads instead of the session's events."""
+
+    name: ClassVar[str] = "context_index"
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("ctx_messages", "ctx_calls", "ctx_pins", "ctx_runs")
+    types: ClassVar[tuple[str, ...] | None] = (
+        "message_appended",
+        "tool_returned",
+        "message_pinned",
+        "message_unpinned",
+        "run_started",
+        "run_finished",
+    )
+
+    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+        for statement in f"""
+            CREATE TABLE IF NOT EXISTS {schema}.ctx_messages (
+                session_id TEXT NOT NULL,
+                version INTEGER NOT NULL,
+                position INTEGER NOT NULL,
+                role TEXT NOT NULL,             -- system, user, assistant, tool
+                first_user INTEGER NOT NULL,    -- 1 for the session's first user message
+                has_name INTEGER NOT NULL,
+                n_calls INTEGER NOT NULL,       -- tool calls on an assistant message
+                call_version INTEGER,           -- for a tool return: the version of its call
+                tokens INTEGER NOT NULL,        -- the event's stored count
+                cum_messages INTEGER NOT NULL,  -- messages in the session up to this one
+                cum_tokens INTEGER NOT NULL,    -- their stored tokens
+                PRIMARY KEY (session_id, version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS {schema}.ctx_messages_retained
+                ON ctx_messages (session_id, version) WHERE role = 'system' OR first_user = 1;
+            CREATE TABLE IF NOT EXISTS {schema}.ctx_calls (
+                session_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                call_version INTEGER NOT NULL,
+                return_version INTEGER,          -- the first return that answered it
+                return_position INTEGER,
+                PRIMARY KEY (session_id, call_id, call_version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ctx_pins (
+                session_id TEXT NOT NULL,
+                target_version INTEGER NOT NULL,
+                pinned_at INTEGER NOT NULL,      -- position of the pin
+                unpinned_at INTEGER,             -- position of the unpin, if any
+                reason TEXT,
+                PRIMARY KEY (session_id, target_version, pinned_at)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ctx_runs (
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                started_position INTEGER NOT NULL,
+                started_version INTEGER NOT NULL,
+                finished_position INTEGER,
+                PRIMARY KEY (session_id, started_position)
+            ) STRICT, WITHOUT ROWID
+            """.split(";"):
+            conn.execute(statement)
+
+    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        states: dict[str, _SessionState] = {}
+
+        def state(session_id: str) -> _SessionState:
+            found = states.get(session_id)
+            if found is None:
+                row = conn.execute(
+                    "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
+                    "ORDER BY version DESC LIMIT 1",
+                    (session_id,),
+                ).fetchone()
+                first = conn.execute(
+                    "SELECT 1 FROM ctx_messages WHERE session_id = ? AND first_user = 1",
+                    (session_id,),
+                ).fetchone()
+                found = _SessionState(row[0] if row else 0, row[1] if row else 0, first is not None)
+                states[session_id] = found
+            return found
+
+        rows: list[tuple[object, ...]] = []
+        for record in records:
+            event = record.event
+            sid = record.session_id
+            tokens = record.tokens or 0
+            if isinstance(event, MessageAppended):
+                st = state(sid)
+                first_user = event.role == "user" and not st.has_first_user
+                st.has_first_user = st.has_first_user or first_user
+                st.messages += 1
+                st.tokens += tokens
+                calls = event.tool_calls or ()
+                rows.append(
+                    (sid, record.version, record.position, event.role, int(first_user),
+                     int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens)
+                )  # fmt: skip
+                conn.executemany(
+                    "INSERT OR IGNORE INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?)",
+                    [(sid, call.id, record.version) for call in calls],
+                )
+                if event.pinned is not None:
+                    _pin(conn, sid, record.version, record.position, event.pinned.reason)
+            elif isinstance(event, ToolReturned):
+                st = state(sid)
+                st.messages += 1
+                st.tokens += tokens
+                # A return answers the latest unanswered call with its id (ids can repeat).
+                call = conn.execute(
+                    "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "
+                    "AND return_version IS NULL ORDER BY call_version DESC LIMIT 1",
+                    (sid, event.tool_call_id),
+                ).fetchone()
+                if call is not None:
+                    conn.execute(
+                        "UPDATE ctx_calls SET return_version = ?, return_position = ? "
+                        "WHERE session_id = ? AND call_id = ? AND call_version = ?",
+                        (record.version, record.position, sid, event.tool_call_id, call[0]),
+                    )
+                rows.append(
+                    (sid, record.version, record.position, "tool", 0, 0, 0,
+                     call[0] if call else None, tokens, st.messages, st.tokens)
+                )  # fmt: skip
+            elif isinstance(event, MessagePinned):
+                target = _target_version(conn, sid, event.target_event_id, rows)
+                if target is not None:
+                    _pin(conn, sid, target, record.position, event.reason)
+            elif isinstance(event, MessageUnpinned):
+                target = _target_version(conn, sid, event.target_event_id, rows)
+                if target is not None:
+                    conn.execute(
+                        "UPDATE ctx_pins SET unpinned_at = ? WHERE session_id = ? "
+                        "AND target_version = ? AND unpinned_at IS NULL",
+                        (record.position, sid, target),
+                    )
+            elif isinstance(event, RunStarted):
+                conn.execute(
+                    "INSERT INTO ctx_runs (session_id, run_id, started_position, started_version) "
+                    "VALUES (?, ?, ?, ?)",
+                    (sid, event.run_id, record.position, record.version),
+                )
+            elif isinstance(event, RunFinished):
+                conn.execute(
+                    "UPDATE ctx_runs SET finished_position = ? WHERE session_id = ? AND run_id = ? "
+                    "AND finished_position IS NULL",
+                    (record.position, sid, event.run_id),
+                )
+            # Rows go in before the next event that may look them up (pins of a message of the
+            # same batch).
+            if len(rows) >= 1000 or isinstance(event, (MessagePinned, MessageUnpinned)):
+                _flush(conn, rows)
+        _flush(conn, rows)
+
+
+def _flush(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    if rows:
+        conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        rows.clear()
+
+
+def _pin(conn: sqlite3.Connection, sid: str, version: int, position: int, reason: str | None) -> None:
+    already = conn.execute(
+        "SELECT 1 FROM ctx_pins WHERE session_id = ? AND target_version = ? AND unpinned_at IS NULL",
+        (sid, version),
+    ).fetchone()
+    if already is None:
+        conn.execute(
+            "INSERT INTO ctx_pins (session_id, target_version, pinned_at, reason) VALUES (?, ?, ?, ?)",
+            (sid, version, position, reason),
+        )
+
+
+def _target_version(
+    conn: sqlite3.Connection, sid: str, event_id: str, pending: list[tuple[object, ...]]
+) -> int | None:
+    _flush(conn, pending)
+    row = conn.execute(
+        "SELECT version FROM events WHERE event_id = ? AND session_id = ?", (event_id, sid)
+    ).fetchone()
+    return int(row[0]) if row else None
