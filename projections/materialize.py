@@ -130,15 +130,24 @@ class Materializer:
             if progress is not None:
                 progress(end, limit)
 
-    def rebuild(self, *, progress: Progress | None = None) -> None:
-        """Empty every projection and apply the whole log again."""
+    def reset(self) -> None:
+        """Empty every projection and its checkpoint (the next catch-up starts from zero)."""
         self._prepare()
         with self.store.atomic() as conn:
             for projection in self.projections:
                 for table in projection.tables:
                     conn.execute(f"DELETE FROM {table}")
                 conn.execute("DELETE FROM projection_checkpoints WHERE name = ?", (projection.name,))
+
+    def rebuild(self, *, progress: Progress | None = None) -> None:
+        """Empty every projection and apply the whole log again."""
+        self.reset()
         self.catch_up(progress=progress)
+
+    def snapshots(self) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
+        """Every projection's rows, by projection name (for comparisons)."""
+        with self.store.reading() as conn:
+            return {p.name: p.snapshot(conn) for p in self.projections}
 
     def differences(self) -> list[str]:
         """Compare every projection, caught up, with a fresh rebuild of it; return one line per

@@ -169,6 +169,10 @@ class EventStore(abc.ABC):
         """One event by id, or UnknownEventError."""
 
     @abc.abstractmethod
+    def find_event(self, session_id: str, ref: str) -> RecordedEvent:
+        """An event of the session by its id or a unique prefix of it (6 characters or more)."""
+
+    @abc.abstractmethod
     def head_version(self, session_id: str) -> int:
         """The session's last version; 0 when it has no events."""
 

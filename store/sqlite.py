@@ -593,6 +593,29 @@ class SQLiteStore(EventStore):
             raise UnknownEventError(f"no event with id {event_id!r} in this store")
         return rows[0]
 
+    def find_event(self, session_id: str, ref: str) -> RecordedEvent:
+        """An event of the session by its id or a unique prefix of it (at least 6 characters, as
+        `turnlog log` shows them). Raises UnknownEventError naming the problem."""
+        ref = ref.strip()
+        if len(ref) < 6:
+            raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        with self.reading() as conn:
+            rows = self._read(conn, "WHERE e.event_id = ? AND e.session_id = ?", (ref, session_id))
+            if not rows:
+                rows = self._read(
+                    conn,
+                    "WHERE e.session_id = ? AND substr(e.event_id, 1, ?) = ? LIMIT 3",
+                    (session_id, len(ref), ref),
+                )
+        if not rows:
+            raise UnknownEventError(
+                f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
+            )
+        if len(rows) > 1:
+            ids = ", ".join(r.event_id[:16] for r in rows)
+            raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
+        return rows[0]
+
     def head_version(self, session_id: str) -> int:
         with self._lock, _translate(self.path):
             return _head_version(self.conn, session_id)

@@ -110,7 +110,7 @@ def test_import_log_verify(runner: CliRunner, db_path: Path) -> None:
     assert code == 0 and "read_file" in out and "run_tests" in out
     code, out = run(runner, db_path, "sessions", "--json")
     [session] = json.loads(out)
-    assert session["session"] == "chat-1" and session["events"] == 11 and session["tokens"] > 0
+    assert session["session_id"] == "chat-1" and session["event_count"] == 11 and session["tokens"] > 0
     code, out = run(runner, db_path, "verify")
     assert code == 0 and out.startswith("ok: 11 events")
 

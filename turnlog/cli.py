@@ -3,16 +3,24 @@ renders the result. Errors print one line and exit 1 (usage errors exit 2)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from projections.artifacts import artifact_index, list_artifacts, read_artifact
 from projections.capping import MIN_CAP
 from projections.context import ContextPolicy, build_context
+from projections.ledger import audit, load_prices
+from projections.registry import materializer
+from projections.sessions import list_sessions
+from projections.todos import current_todos, render_checklist, todo_history
 from store import (
     ANY,
     DEFAULT_ENCODING,
@@ -22,8 +30,10 @@ from store import (
     StoreError,
     parse_events_json,
 )
+from turnlog.actions import pin_message, unpin_message, write_todos
+from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
-from turnlog.output import describe, emit, json_option, table
+from turnlog.output import describe, emit, json_option, short, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -199,36 +209,46 @@ def log(
 
 
 @cli.command()
+@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
 @json_option
 @pass_ctx
-def sessions(ctx: _Context, as_json: bool) -> None:
-    """List the sessions with head version, event count and tokens."""
+def sessions(ctx: _Context, at: int | None, as_json: bool) -> None:
+    """List the sessions: head version, messages, tokens, first and last activity.
+
+    \b
+    Example:
+      turnlog sessions --json
+    """
     with ctx.open() as store:
-        summaries = store.sessions()
+        infos = list_sessions(store, at=at)
+    if as_json:
+        emit([dataclasses.asdict(i) for i in infos], as_json=True)
+        return
     rows = [
         {
-            "session": s.session_id,
-            "version": s.head_version,
-            "events": s.event_count,
-            "tokens": s.tokens,
-            "first": s.first_recorded_at[:19],
-            "last": s.last_recorded_at[:19],
+            "session": i.session_id,
+            "version": i.head_version,
+            "messages": i.system_messages + i.user_messages + i.assistant_messages + i.tool_returns,
+            "tokens": i.tokens,
+            "title": short(i.title or "", 40),
+            "last": i.last_recorded_at[:19],
         }
-        for s in summaries
+        for i in infos
     ]
-    emit(rows, as_json=as_json, columns=["session", "version", "events", "tokens", "first", "last"])
+    emit(rows, as_json=False, columns=["session", "version", "messages", "tokens", "title", "last"])
 
 
 @cli.command()
 @json_option
 @pass_ctx
 def verify(ctx: _Context, as_json: bool) -> None:
-    """Check the hash chain, the content blobs and the file's integrity.
+    """Check the hash chain, the content blobs, the file's integrity, and that every materialized
+    projection equals a fresh rebuild.
 
     Exits 1 and names the first bad position when anything is wrong.
     """
     with ctx.open() as store:
-        report = store.verify()
+        report = verify_all(store)
     data = {
         "ok": report.ok,
         "events": report.events,
@@ -237,7 +257,10 @@ def verify(ctx: _Context, as_json: bool) -> None:
         "problems": report.problems,
     }
     if report.ok:
-        text = f"ok: {report.events} events, hash chain intact (head {report.head_hash[:16]})"
+        text = (
+            f"ok: {report.events} events, hash chain intact (head {report.head_hash[:16]}), "
+            "projections match a fresh rebuild"
+        )
     else:
         text = f"FAILED at position {report.first_bad_position}:\n" + "\n".join(
             f"  {p}" for p in report.problems
@@ -398,6 +421,255 @@ def _manifest_table(manifest: dict[str, Any]) -> str:
         f"({manifest['tokenizer']}), {manifest['omitted_messages']:,} messages left out"
     )
     return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@json_option
+@pass_ctx
+def artifacts(ctx: _Context, session: str, at: int | None, as_json: bool) -> None:
+    """List SESSION's artifacts: files written and tool outputs kept whole.
+
+    \b
+    Example:
+      turnlog artifacts chat-1
+    """
+    with ctx.open() as store:
+        found = list_artifacts(store, session, at=at)
+    if as_json:
+        emit([dataclasses.asdict(a) for a in found], as_json=True)
+        return
+    rows = [
+        {
+            "id": a.short_id,
+            "source": a.source,
+            "name": short(a.name, 40),
+            "type": a.media_type,
+            "bytes": a.size,
+            "tokens": a.tokens if a.tokens_exact else f"~{a.tokens}",
+            "pos": a.position,
+        }
+        for a in found
+    ]
+    emit(rows, as_json=False, columns=["id", "source", "name", "type", "bytes", "tokens", "pos"])
+
+
+@cli.command()
+@click.argument("artifact_id")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="First line (0-based).")
+@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True, help="Lines.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Fewer lines so the page fits.")
+@json_option
+@pass_ctx
+def artifact(
+    ctx: _Context, artifact_id: str, offset: int, limit: int, max_tokens: int | None, as_json: bool
+) -> None:
+    """Print an artifact's content by id (or a unique prefix of 8+ characters), a page of lines
+    at a time; the notice says which offset comes next.
+
+    \b
+    Example:
+      turnlog artifact 3f9a1c2b7d4e --offset 200 --limit 100
+    """
+    with ctx.open() as store:
+        page = read_artifact(store, artifact_id, offset=offset, limit=limit, max_tokens=max_tokens)
+    emit(dataclasses.asdict(page), as_json=as_json, text=page.render())
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@click.option("--max-chars", type=click.IntRange(min=200), default=32768, show_default=True)
+@json_option
+@pass_ctx
+def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: bool) -> None:
+    """Print the one-line-per-artifact index an agent reads before fetching what it needs.
+
+    \b
+    Example:
+      turnlog index chat-1
+    """
+    with ctx.open() as store:
+        text = artifact_index(store, session, at=at, max_chars=max_chars)
+    emit({"index": text}, as_json=as_json, text=text)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@click.option("--history", is_flag=True, help="Every version of the list, oldest first.")
+@click.option(
+    "--write",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    help="Replace the list with JSON read from FILE ('-': standard input): a list of strings or "
+    'of {"content", "status", "id"} objects.',
+)
+@json_option
+@pass_ctx
+def todos(ctx: _Context, session: str, at: int | None, history: bool, source: Any, as_json: bool) -> None:
+    """Show SESSION's todo list as the checklist given to the model, or replace it with --write.
+
+    \b
+    Examples:
+      turnlog todos chat-1
+      echo '["write the test", {"content": "fix it", "status": "in_progress"}]' \\
+        | turnlog todos chat-1 --write -
+    """
+    if source is not None:
+        try:
+            items = json.loads(source.read())
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"--write: malformed JSON: {exc.msg}") from None
+        if not isinstance(items, list):
+            raise click.ClickException("--write: expected a JSON list of todo items")
+        with ctx.open(create=True) as store:
+            write_todos(store, session, items)
+            current = current_todos(store, session)
+        emit([i.model_dump() for i in current], as_json=as_json, text=render_checklist(current))
+        return
+    with ctx.open() as store:
+        if history:
+            snapshots = todo_history(store, session, at=at)
+            data = [
+                {"position": h.position, "version": h.version, "items": [i.model_dump() for i in h.items]}
+                for h in snapshots
+            ]
+            text = "\n\n".join(
+                f"version {h.version} (position {h.position}):\n{render_checklist(h.items)}"
+                for h in snapshots
+            )
+            emit(data, as_json=as_json, text=text or "no todo list yet")
+            return
+        current = current_todos(store, session, at=at)
+    emit([i.model_dump() for i in current], as_json=as_json, text=render_checklist(current))
+
+
+@cli.command("audit")
+@click.argument("session", required=False)
+@click.option(
+    "--by",
+    type=click.Choice(["session", "run", "model", "day", "category"]),
+    default="session",
+    show_default=True,
+    help="How to group the rows.",
+)
+@click.option(
+    "--prices",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A price table (JSON, USD per million tokens) instead of the bundled one.",
+)
+@json_option
+@pass_ctx
+def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_json: bool) -> None:
+    """Where the tokens went: billed usage, tokens appended, tokens sent per category, and cost.
+
+    \b
+    Examples:
+      turnlog audit --by model
+      turnlog audit chat-1 --by category
+    """
+    table_of_prices = load_prices(prices)
+    with ctx.open() as store:
+        report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
+    rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
+    rows[-1]["key"] = "TOTAL"
+    if as_json:
+        emit(
+            {
+                "by": report.by,
+                "session_id": report.session_id,
+                "rows": rows[:-1],
+                "totals": rows[-1],
+                "unknown_models": list(report.unknown_models),
+                "prices": {"date": report.prices_date, "source": report.prices_source},
+            },
+            as_json=True,
+        )
+        return
+    for row in rows:
+        row[by] = row.pop("key") if row["key"] is not None else "-"
+        row["cost"] = "" if row["cost"] is None else f"${row['cost']:.4f}"
+    columns = [by, "calls", "input", "output", "cache_read", "reasoning", "appended", "sent", "cost"]
+    if by == "category":
+        columns = [by, "contexts", "sent"]
+    text = table(rows, columns)
+    if by != "category":
+        origin = "--prices file" if prices else "the bundled table"
+        text += f"\n(cost: USD, prices of {report.prices_date} from {origin})"
+    if report.unknown_models:
+        text += "\nno price for: " + ", ".join(report.unknown_models)
+    emit(rows, as_json=False, text=text)
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("event_id")
+@click.option("--reason", help="Why it must stay (shown to operators, not to the model).")
+@json_option
+@pass_ctx
+def pin(ctx: _Context, session: str, event_id: str, reason: str | None, as_json: bool) -> None:
+    """Pin a message (EVENT_ID or a unique prefix, as `turnlog log` shows it) so every context
+    keeps it, whole.
+
+    \b
+    Example:
+      turnlog pin chat-1 42c3c7ad5973 --reason "the user's constraints"
+    """
+    with ctx.open() as store:
+        recorded = pin_message(store, session, event_id, reason)
+    _print_written(recorded, as_json, "pinned")
+
+
+@cli.command()
+@click.argument("session")
+@click.argument("event_id")
+@click.option("--reason", help="Why it may go.")
+@json_option
+@pass_ctx
+def unpin(ctx: _Context, session: str, event_id: str, reason: str | None, as_json: bool) -> None:
+    """Lift the pin of a message (EVENT_ID or a unique prefix).
+
+    \b
+    Example:
+      turnlog unpin chat-1 42c3c7ad5973
+    """
+    with ctx.open() as store:
+        recorded = unpin_message(store, session, event_id, reason)
+    _print_written(recorded, as_json, "unpinned")
+
+
+def _print_written(recorded: Any, as_json: bool, verb: str) -> None:
+    target = recorded.event.target_event_id
+    emit(
+        {"position": recorded.position, "version": recorded.version, "event_id": recorded.event_id,
+         "target_event_id": target},
+        as_json=as_json,
+        text=f"{verb} {target[:12]} (event {recorded.event_id[:12]} at position {recorded.position})",
+    )  # fmt: skip
+
+
+@cli.command()
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+@pass_ctx
+def rebuild(ctx: _Context, quiet: bool, as_json: bool) -> None:
+    """Rebuild every materialized projection from the log, from zero.
+
+    Projections catch up by themselves; this is for after a bug fix, or to check timings.
+    """
+    bar = _ProgressBar("rebuilding", enabled=not quiet and not as_json)
+    started = time.perf_counter()
+    with ctx.open() as store, bar:
+        materializer(store).rebuild(progress=bar.update)
+        events = store.head_position()
+    seconds = time.perf_counter() - started
+    emit(
+        {"events": events, "seconds": round(seconds, 3)},
+        as_json=as_json,
+        text=f"rebuilt every projection over {events:,} events in {seconds:.2f} s",
+    )
 
 
 def main() -> None:

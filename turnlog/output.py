@@ -57,18 +57,18 @@ def describe(record: RecordedEvent, width: int = 80) -> str:
     if isinstance(event, MessageAppended):
         text = event.content
         if event.tool_calls:
-            calls = ", ".join(f"{c.name}({_short(c.arguments, 40)})" for c in event.tool_calls)
+            calls = ", ".join(f"{c.name}({short(c.arguments, 40)})" for c in event.tool_calls)
             text = (text + " " if text else "") + f"→ {calls}"
         pin = " [pinned]" if event.pinned else ""
-        return f"{event.role}{pin}: {_short(text, width)}"
+        return f"{event.role}{pin}: {short(text, width)}"
     if isinstance(event, ToolReturned):
         err = " ERROR" if event.is_error else ""
         name = event.tool_name or "?"
-        return f"{name} [{event.tool_call_id}]{err}: {_short(event.content, width)}"
+        return f"{name} [{event.tool_call_id}]{err}: {short(event.content, width)}"
     fields = event.model_dump(
         mode="json", exclude={"type", "schema_version", "event_id", "content"}, exclude_none=True
     )
-    return _short(", ".join(f"{k}={_compact(v)}" for k, v in fields.items()), width)
+    return short(", ".join(f"{k}={_compact(v)}" for k, v in fields.items()), width)
 
 
 def _compact(value: Any) -> str:
@@ -77,7 +77,7 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _short(text: str, width: int) -> str:
+def short(text: str, width: int) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
@@ -88,5 +88,5 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.2f}"
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+        return f"{value:,}" if abs(value) >= 1000 else str(value)
     return str(value)
