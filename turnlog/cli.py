@@ -679,3 +679,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# Command groups defined in their own modules register themselves on `cli` when imported.
+from turnlog import commands  # noqa: E402, F401

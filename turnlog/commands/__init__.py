@@ -1,0 +1,1 @@
+"""CLI commands kept in modules of their own; importing this package registers them on ``cli``."""
