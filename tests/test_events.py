@@ -1,0 +1,300 @@
+"""The event models: frozen, strict, documented field by field, and every stored schema version keeps
+loading (committed fixtures, upcasting in one place)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from store import (
+    CURRENT_VERSIONS,
+    EVENT_ADAPTER,
+    EVENT_CLASSES,
+    ForkPoint,
+    InvalidEventError,
+    ManifestEntry,
+    MessageAppended,
+    Pin,
+    SessionStarted,
+    SQLiteStore,
+    SummarizerInfo,
+    SummarizerUsage,
+    TodoItem,
+    ToolCall,
+    ToolReturned,
+    parse_event,
+)
+from store import events as events_module
+from store.events import dump_payload, load_stored
+from tests.store_contract import EVENT_STRATEGIES, PIN_TYPES, example_events, identifiers, summaries, texts
+
+FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
+# Every model the events module defines, found rather than listed, so a new one cannot slip past.
+ALL_MODELS: tuple[type[BaseModel], ...] = tuple(
+    cls
+    for cls in vars(events_module).values()
+    if isinstance(cls, type)
+    and issubclass(cls, BaseModel)
+    and cls.__module__ == events_module.__name__
+    and not cls.__name__.startswith("_")
+)
+
+
+def _fixture_rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _instances() -> list[BaseModel]:
+    values: list[BaseModel] = [
+        ForkPoint(session_id="p", version=3),
+        Pin(reason="r"),
+        ToolCall(id="c", name="f"),
+        TodoItem(id="t", content="do"),
+        ManifestEntry(event_ids=("e",), role="tool", mode="capped", category="tool_output", tokens=3),
+        SummarizerInfo(name="openai", model="gpt-4o-mini"),
+        SummarizerUsage(input_tokens=1, output_tokens=2),
+    ]
+    return [*example_events(), *values]
+
+
+def test_the_model_list_is_complete() -> None:
+    assert set(EVENT_CLASSES.values()) < set(ALL_MODELS)
+    assert {ForkPoint, Pin, ToolCall, TodoItem} < set(ALL_MODELS)
+    assert {type(i) for i in _instances()} == set(ALL_MODELS)
+
+
+# --- the models' shape -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_models_are_frozen_and_forbid_extra_fields(model: type[BaseModel]) -> None:
+    assert model.model_config.get("frozen") is True
+    assert model.model_config.get("extra") == "forbid"
+    instance = next(i for i in _instances() if type(i) is model)
+    field = next(iter(model.model_fields))
+    with pytest.raises(ValidationError, match="frozen"):
+        setattr(instance, field, getattr(instance, field))
+    data = instance.model_dump()
+    assert model.model_validate(data) == instance
+    with pytest.raises(ValidationError, match="extra"):
+        model.model_validate({**data, "surprise": 1})
+
+
+def _documented_fields(cls: type) -> tuple[set[str], set[str]]:
+    """(annotated fields in the class body, those followed by a docstring)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0]
+    assert isinstance(body, ast.ClassDef)
+    annotated: set[str] = set()
+    documented: set[str] = set()
+    for statement, following in zip(body.body, [*body.body[1:], None], strict=True):
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            annotated.add(statement.target.id)
+            if (
+                isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+                and following.value.value.strip()
+            ):
+                documented.add(statement.target.id)
+    return annotated, documented
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_every_field_has_a_docstring(model: type[BaseModel]) -> None:
+    seen: set[str] = set()
+    for cls in model.__mro__:
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        annotated, documented = _documented_fields(cls)
+        assert annotated == documented, f"{cls.__name__}: undocumented {sorted(annotated - documented)}"
+        seen |= annotated
+    assert set(model.model_fields) <= seen
+    assert model.__doc__ and model.__doc__.strip()
+
+
+def test_the_docstring_check_can_fail() -> None:
+    class Undocumented(BaseModel):
+        documented: int
+        """Yes."""
+        bare: str
+
+    annotated, documented = _documented_fields(Undocumented)
+    assert annotated - documented == {"bare"}
+
+
+@pytest.mark.parametrize("model", ALL_MODELS, ids=lambda m: m.__name__)
+def test_no_field_invents_data_for_old_rows(model: type[BaseModel]) -> None:
+    # A default factory would give every old row a fresh made-up value; only the event id may have one,
+    # and stored rows always carry theirs.
+    factories = {name for name, f in model.model_fields.items() if f.default_factory is not None}
+    assert factories <= {"event_id"}
+
+
+@pytest.mark.parametrize(("name", "model"), EVENT_CLASSES.items())
+def test_discriminator_and_schema_version(name: str, model: type[BaseModel]) -> None:
+    type_field = model.model_fields["type"]
+    assert type_field.default == name
+    assert get_origin(type_field.annotation) is Literal and get_args(type_field.annotation) == (name,)
+    version_field = model.model_fields["schema_version"]
+    assert version_field.default == CURRENT_VERSIONS[name]
+    assert get_args(version_field.annotation) == (CURRENT_VERSIONS[name],)
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    # JSON cannot hold them: stored, they would silently turn into null.
+    for value in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(ValidationError):
+            SessionStarted(metadata={"x": value})
+        with pytest.raises(ValidationError):
+            SessionStarted(metadata={"x": [1, {"y": value}]})
+    assert SessionStarted(metadata={"x": 1e308}).metadata == {"x": 1e308}
+
+
+def test_token_texts() -> None:
+    message = MessageAppended(
+        role="assistant", content="hi", name="bot", tool_calls=(ToolCall(id="c1", name="f", arguments="{}"),)
+    )
+    assert message.token_texts() == ("hi", "bot", "c1", "f", "{}")
+    assert ToolReturned(tool_call_id="c1", content="out").token_texts() == ("out", "c1")
+    assert SessionStarted(title="not sent to the model").token_texts() == ()
+
+
+_any_event = st.one_of(
+    *EVENT_STRATEGIES.values(),
+    *(st.builds(cls, target_event_id=identifiers, reason=st.none() | texts) for cls in PIN_TYPES.values()),
+    st.integers(2, 10**6).flatmap(lambda before: summaries(before_version=before)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(event=_any_event)
+def test_events_round_trip_through_json(event: Any) -> None:
+    assert parse_event(event.model_dump(mode="json")) == event
+    assert EVENT_ADAPTER.validate_json(EVENT_ADAPTER.dump_json(event)) == event
+    stored = load_stored(event.type, event.schema_version, event.event_id, dump_payload(event))
+    assert stored == event
+
+
+# --- stored rows of old versions -----------------------------------------------------------------
+
+
+def test_the_v1_fixture_has_one_row_of_every_type() -> None:
+    rows = _fixture_rows()
+    assert sorted(row["type"] for row in rows) == sorted(EVENT_CLASSES)
+    assert all(row["schema_version"] == 1 for row in rows)
+    assert all(set(row) == {"type", "schema_version", "event_id", "payload"} for row in rows)
+
+
+@pytest.mark.parametrize("row", _fixture_rows(), ids=lambda row: row["type"])
+def test_v1_rows_load(row: dict[str, Any]) -> None:
+    event = load_stored(row["type"], row["schema_version"], row["event_id"], dict(row["payload"]))
+    assert isinstance(event, EVENT_CLASSES[row["type"]])
+    assert event.event_id == row["event_id"]
+    if CURRENT_VERSIONS[row["type"]] == 1:
+        # While version 1 is current, loading is lossless: nothing dropped, nothing invented.
+        assert dump_payload(event) == row["payload"]
+    envelope = {"type": row["type"], "schema_version": 1, "event_id": row["event_id"], **row["payload"]}
+    assert parse_event(envelope) == event
+
+
+def test_v1_fixture_appends_as_one_session() -> None:
+    rows = _fixture_rows()
+    given_rows = [
+        {"type": r["type"], "schema_version": 1, "event_id": r["event_id"], **r["payload"]} for r in rows
+    ]
+    with SQLiteStore.open(":memory:") as s:
+        records = s.append("fixture", given_rows)
+        loaded = [load_stored(r["type"], 1, r["event_id"], dict(r["payload"])) for r in rows]
+        assert [r.event for r in records] == loaded
+        assert [r.event for r in s.read_session("fixture")] == loaded
+        assert s.verify().ok
+
+
+@pytest.mark.parametrize("name", sorted(EVENT_CLASSES))
+def test_a_newer_schema_version_is_refused(name: str) -> None:
+    newer = CURRENT_VERSIONS[name] + 1
+    with pytest.raises(InvalidEventError) as info:
+        load_stored(name, newer, "e1", {})
+    message = str(info.value)
+    assert name in message and f"schema_version {newer}" in message and "upgrade turnlog" in message
+    with pytest.raises(InvalidEventError, match=rf"event: {name}: schema_version {newer} is newer"):
+        parse_event({"type": name, "schema_version": newer})
+
+
+@pytest.mark.parametrize("version", [0, -1, "1", True, 1.0, None])
+def test_a_malformed_schema_version_is_refused(version: object) -> None:
+    with pytest.raises(InvalidEventError, match="schema_version"):
+        parse_event({"type": "run_started", "run_id": "r", "schema_version": version})
+
+
+def test_unknown_types_are_refused_everywhere() -> None:
+    with pytest.raises(InvalidEventError, match=r"unknown event type 'message_edited'.*message_appended"):
+        load_stored("message_edited", 1, "e1", {})
+    with pytest.raises(InvalidEventError, match="unknown event type 'message_edited'"):
+        parse_event({"type": "message_edited"})
+
+
+@pytest.fixture
+def message_v3(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Pretend message_appended is at schema version 3: v1 called the text ``text``, v2 lacked the
+    final mark that v3 adds. Returns the log of upcasters run."""
+    ran: list[int] = []
+
+    def v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+        ran.append(1)
+        out = dict(payload)
+        out["content"] = out.pop("text")
+        return out
+
+    def v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+        ran.append(2)
+        return {**payload, "content": payload["content"] + "!"}
+
+    monkeypatch.setitem(events_module.CURRENT_VERSIONS, "message_appended", 3)
+    monkeypatch.setitem(events_module.UPCASTERS, ("message_appended", 1), v1_to_v2)
+    monkeypatch.setitem(events_module.UPCASTERS, ("message_appended", 2), v2_to_v3)
+    return ran
+
+
+def test_upcasters_are_applied_in_order(message_v3: list[int]) -> None:
+    event = load_stored("message_appended", 1, "e1", {"role": "user", "text": "hi"})
+    assert event == MessageAppended(role="user", content="hi!", event_id="e1")
+    assert message_v3 == [1, 2]
+    message_v3.clear()
+    assert load_stored("message_appended", 2, "e2", {"role": "user", "content": "yo"}).content == "yo!"
+    assert message_v3 == [2]
+    message_v3.clear()
+    assert load_stored("message_appended", 3, "e3", {"role": "user", "content": "as is"}).content == "as is"
+    assert message_v3 == []
+    parsed = parse_event({"type": "message_appended", "schema_version": 1, "role": "user", "text": "x"})
+    assert parsed.content == "x!"
+
+
+def test_a_missing_upcaster_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(events_module.CURRENT_VERSIONS, "run_started", 2)
+    with pytest.raises(InvalidEventError, match="run_started: no upcaster from schema_version 1"):
+        load_stored("run_started", 1, "e1", {"run_id": "r"})
+
+
+def test_the_store_reads_old_rows_through_the_upcasters(monkeypatch: pytest.MonkeyPatch) -> None:
+    with SQLiteStore.open(":memory:") as s:
+        stored = s.append("s", [MessageAppended(role="user", content="old")])[0]
+        monkeypatch.setitem(events_module.CURRENT_VERSIONS, "message_appended", 2)
+        monkeypatch.setitem(
+            events_module.UPCASTERS,
+            ("message_appended", 1),
+            lambda payload: {**payload, "content": payload["content"].upper()},
+        )
+        assert s.read_session("s")[0].event.content == "OLD"
+        assert s.get_event(stored.event_id).event.content == "OLD"
+        assert s.verify().ok  # upcasting never touches the stored row

