@@ -1,1 +1,3 @@
 """CLI commands kept in modules of their own; importing this package registers them on ``cli``."""
+
+from turnlog.commands import tool  # noqa: F401

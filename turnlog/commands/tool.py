@@ -1,0 +1,142 @@
+"""`turnlog tool`: the agent-facing tool from the command line: call it as the agent would, print its
+definition for a provider, or print its cards."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from store import load_tokenizer
+from turnlog.cli import _Context, cli, pass_ctx
+from turnlog.output import emit, json_option
+from turnlog.tool import (
+    DEFAULT_MAX_TOKENS,
+    METHODS,
+    MIN_MAX_TOKENS,
+    PROVIDERS,
+    Provider,
+    help_card,
+    invoke,
+    tool_definition,
+)
+
+
+@cli.group()
+def tool() -> None:
+    """The agent-facing tool: one `turnlog` tool through which an agent reads its own log on demand
+    (history, artifacts, todos) and writes its todo list and pins.
+
+    \b
+    Examples:
+      turnlog tool schema --format anthropic
+      echo '{"module": "history", "method": "read", "input": {"mode": "tail", "n": 5}}' \\
+        | turnlog tool call chat-1
+    """
+
+
+@tool.command("call")
+@click.argument("session")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=MIN_MAX_TOKENS),
+    default=DEFAULT_MAX_TOKENS,
+    show_default=True,
+    help="Tokens the result may have (it is capped, and says how to get the rest).",
+)
+@click.option("--no-record", is_flag=True, help="Do not record the call and its result in the log.")
+@click.option(
+    "--tool-call-id",
+    help="The call is already in the log under this id: append only its result (and what it writes).",
+)
+@click.option(
+    "--file",
+    "source",
+    type=click.File("r", encoding="utf-8"),
+    default="-",
+    help="Read the envelope from this file instead of standard input.",
+)
+@json_option
+@pass_ctx
+def call_(
+    ctx: _Context,
+    session: str,
+    max_tokens: int,
+    no_record: bool,
+    tool_call_id: str | None,
+    source: Any,
+    as_json: bool,
+) -> None:
+    """Call the tool for SESSION with the envelope read from standard input, as the agent would, and
+    print the result the agent gets.
+
+    The call and its result are recorded in the session's log (unless --no-record); a refused call
+    prints its error message, writes nothing, and exits 1.
+
+    \b
+    Example:
+      echo '{"module": "history", "method": "search", "input": {"query": "KWD"}}' \\
+        | turnlog tool call fix-rounding
+    """
+    if no_record and tool_call_id is not None:
+        raise click.UsageError("--no-record and --tool-call-id exclude each other")
+    envelope = source.read().strip()  # the shell's final newline is not part of the call
+    with ctx.open() as store:
+        result = invoke(
+            store, session, envelope, max_tokens=max_tokens, record=not no_record, tool_call_id=tool_call_id
+        )
+    data = {
+        "result": result.text,
+        "is_error": result.is_error,
+        "method": result.method,
+        "recorded": [
+            {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
+            for r in result.recorded
+        ],
+    }
+    emit(data, as_json=as_json, text=result.text)
+    if result.is_error:
+        sys.exit(1)
+
+
+@tool.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(PROVIDERS),
+    default="openai",
+    show_default=True,
+    help="The provider: OpenAI function calling, or Anthropic tool use.",
+)
+def schema(fmt: str) -> None:
+    """Print the tool's definition (name, description, JSON Schema) for a provider's API.
+
+    \b
+    Example:
+      turnlog tool schema --format anthropic > turnlog_tool.json
+    """
+    provider: Provider = "anthropic" if fmt == "anthropic" else "openai"
+    click.echo(json.dumps(tool_definition(provider), indent=2, ensure_ascii=False))
+
+
+@tool.command("help")
+@click.argument("method", required=False, type=click.Choice(METHODS))
+@click.option("--tokens", is_flag=True, help="Also print the text's size in tokens (cl100k_base).")
+@json_option
+def help_(method: str | None, tokens: bool, as_json: bool) -> None:
+    """Print the tool's description (its index card), or with METHOD the full card of one method:
+    what the agent gets from tool.help.
+
+    \b
+    Example:
+      turnlog tool help history.read
+    """
+    text = help_card(method)
+    size = load_tokenizer().count(text)
+    emit(
+        {"method": method, "text": text, "tokens": size},
+        as_json=as_json,
+        text=f"{text}\n({size:,} tokens)" if tokens else text,
+    )
