@@ -7,9 +7,10 @@ with the token counts stored at append time, so a build costs the same at any se
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from store import (
     RecordedEvent,
     SQLiteStore,
     StoreError,
+    SummaryRecorded,
     Tokenizer,
     ToolCall,
     ToolReturned,
@@ -162,6 +164,18 @@ class _Row:
     tokens: int
 
 
+@dataclass(slots=True)
+class _Summary:
+    """An active summary_recorded, as the index has it."""
+
+    version: int
+    event_id: str
+    first: int
+    last: int
+    level: int
+    tokens: int
+
+
 _ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens"
 
 
@@ -194,6 +208,51 @@ def build_context(
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A piece of a session's timeline, as compaction plans with it."""
+
+    kind: Literal["retained", "summary", "unit"]
+    """A message that is always kept, an active summary, or a message with its tool results."""
+    first: int
+    """First version it spans."""
+    last: int
+    """Last version it spans (a call's last result)."""
+    cost: int
+    """Tokens it adds to a context (estimated for units: capped as the policy caps them)."""
+    messages: int
+    """Messages it stands for."""
+    level: int = -1
+    """A summary's level (-1 for others)."""
+    event_id: str = ""
+    """A summary's event id."""
+    versions: tuple[int, ...] = ()
+    """A unit's message versions."""
+
+
+def timeline(store: SQLiteStore, session_id: str, policy: ContextPolicy) -> list[Block]:
+    """The session as compaction sees it now, in version order: retained messages, active summaries
+    (their covered messages are not read), and every other message grouped with its tool results."""
+    store.require_session(session_id)
+    materializer(store).catch_up()
+    at = store.head_position()
+    builder = _Builder(store, session_id, policy, at, store.version_at(session_id, at))
+    return builder.timeline()
+
+
+def open_run(store: SQLiteStore, session_id: str, at: int | None = None) -> str | None:
+    """The id of the session's run that is still open (as of ``at``), if any."""
+    materializer(store).catch_up()
+    at = store.head_position() if at is None else at
+    with store.reading() as conn:
+        row = conn.execute(
+            "SELECT run_id FROM ctx_runs WHERE session_id = ? AND started_position <= ? "
+            "AND (finished_position IS NULL OR finished_position > ?) ORDER BY started_position DESC LIMIT 1",
+            (session_id, at, at),
+        ).fetchone()
+    return str(row[0]) if row else None
 
 
 class _Builder:
@@ -436,10 +495,19 @@ class _Builder:
             )
         remaining = policy.budget - used - reserve
 
-        kept: list[tuple[int, list[ContextMessage]]] = []  # (head version, unit), newest first
+        kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
         pending: dict[int, list[_Row]] = {}
         exhausted = True
-        for row in self._walk_back(retained_versions):
+        for item in self._walk_back(retained_versions, self._active_summaries()):
+            if isinstance(item, _Summary):
+                shown = self._summary_message(item)
+                if shown.tokens > remaining:
+                    exhausted = False
+                    break
+                kept.append((item.first, [shown]))
+                remaining -= shown.tokens
+                continue
+            row = item
             if row.role == "tool":
                 if row.call_version is not None and row.call_version not in retained_versions:
                     pending.setdefault(row.call_version, []).append(row)
@@ -512,6 +580,54 @@ class _Builder:
         built.rendered = render(messages, policy.format)
         return built
 
+    def timeline(self) -> list[Block]:
+        retained_rows, _ = self._retained()
+        retained = {r.version for r in retained_rows}
+        blocks: list[Block] = []
+        for row in retained_rows:
+            blocks.append(Block("retained", row.version, row.version, self._estimate(row), 1))
+        units: dict[int, list[_Row]] = {}
+        heads: dict[int, _Row] = {}
+        orphans = 0
+        for item in self._walk_back(retained, self._active_summaries(), load=False):
+            if isinstance(item, _Summary):
+                cost = PER_MESSAGE + self.costs["system"] + item.tokens
+                messages = self._cumulative(item.last + 1)[0] - self._cumulative(item.first)[0]
+                blocks.append(
+                    Block("summary", item.first, item.last, cost, messages, item.level, item.event_id)
+                )
+            elif item.role == "tool":
+                if item.call_version is None:
+                    orphans += 1
+                else:
+                    units.setdefault(item.call_version, []).append(item)
+            else:
+                heads[item.version] = item
+        for version, head in heads.items():
+            rows = [head, *sorted(units.pop(version, []), key=lambda r: r.version)]
+            blocks.append(
+                Block(
+                    "unit",
+                    version,
+                    rows[-1].version,
+                    sum(self._estimate(r) for r in rows),
+                    len(rows),
+                    versions=tuple(r.version for r in rows),
+                )
+            )
+        blocks.sort(key=lambda b: (b.first, b.kind != "summary"))
+        return blocks
+
+    def _estimate(self, row: _Row) -> int:
+        cap = self.policy.max_tool_tokens if row.role == "tool" else self.policy.max_message_tokens
+        return (
+            PER_MESSAGE
+            + self.costs[row.role]
+            + min(row.tokens, cap + 40)
+            + (PER_NAME if row.has_name else 0)
+            + row.n_calls * self.costs["function"]
+        )
+
     def _pinned_ids(self, pinned: set[int]) -> set[str]:
         return {self.events[v].event_id for v in pinned if v in self.events}
 
@@ -537,21 +653,65 @@ class _Builder:
             )
         return unit if sum(m.tokens for m in unit) <= remaining else None
 
-    def _walk_back(self, skip: set[int]) -> Any:
-        """ctx rows from the head version down, in growing chunks."""
+    def _walk_back(
+        self, skip: set[int], summaries: list[_Summary], *, load: bool = True
+    ) -> Iterator[_Row | _Summary]:
+        """From the head version down: ctx rows in growing chunks, and in place of each range an
+        active summary covers, the summary (its rows are never read)."""
+        starts = [summary.first for summary in summaries]
         upper = self.head_version
         size = 32
         while upper >= 1:
-            rows = self._rows("AND version <= ? ORDER BY version DESC LIMIT ?", (upper, size))
-            if not rows:
-                return
-            wanted = [r.version for r in rows if r.version not in skip and r.role != "system"]
-            self._load(wanted)
-            for row in rows:
-                if row.version not in skip:
-                    yield row
-            upper = rows[-1].version - 1
+            i = bisect.bisect_right(starts, upper) - 1
+            if i >= 0 and summaries[i].last >= upper:
+                yield summaries[i]
+                upper = summaries[i].first - 1
+                continue
+            lower = summaries[i].last + 1 if i >= 0 else 1
+            rows = self._rows(
+                "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?", (upper, lower, size)
+            )
+            if rows:
+                if load:
+                    self._load([r.version for r in rows if r.version not in skip and r.role != "system"])
+                for row in rows:
+                    if row.version not in skip:
+                        yield row
+            upper = rows[-1].version - 1 if len(rows) == size else lower - 1
             size = min(size * 2, 512)
+
+    def _active_summaries(self) -> list[_Summary]:
+        """The summaries a context shows as of ``at``: not replaced by a later one, the highest
+        level first, then the newest, never two over the same versions; in version order."""
+        with self.store.reading() as conn:
+            found = [
+                _Summary(*row)
+                for row in conn.execute(
+                    "SELECT version, event_id, first_version, last_version, level, tokens "
+                    "FROM ctx_summaries WHERE session_id = ? AND position <= ? "
+                    "AND (superseded_at IS NULL OR superseded_at > ?)",
+                    (self.sid, self.at, self.at),
+                )
+            ]
+        chosen: list[_Summary] = []
+        for summary in sorted(found, key=lambda s: (-s.level, -s.version)):
+            if all(summary.last < c.first or summary.first > c.last for c in chosen):
+                chosen.append(summary)
+        return sorted(chosen, key=lambda s: s.first)
+
+    def _summary_message(self, summary: _Summary) -> ContextMessage:
+        self._load([summary.version])
+        event = self.events[summary.version].event
+        assert isinstance(event, SummaryRecorded)
+        return ContextMessage(
+            role="system",
+            content=event.context_text(),
+            tokens=PER_MESSAGE + self.costs["system"] + summary.tokens,
+            mode="summary",
+            category="summary",
+            event_ids=(summary.event_id,),
+            order=(summary.first, -1),
+        )
 
     def _cumulative(self, before_version: int) -> tuple[int, int]:
         """Messages and stored tokens of the session below a version."""

@@ -17,6 +17,7 @@ from store import (
     RecordedEvent,
     RunFinished,
     RunStarted,
+    SummaryRecorded,
     ToolReturned,
 )
 
@@ -32,8 +33,8 @@ class ContextIndex(Projection):
     """Rows the context builder reads instead of the session's events."""
 
     name: ClassVar[str] = "context_index"
-    version: ClassVar[int] = 1
-    tables: ClassVar[tuple[str, ...]] = ("ctx_messages", "ctx_calls", "ctx_pins", "ctx_runs")
+    version: ClassVar[int] = 2
+    tables: ClassVar[tuple[str, ...]] = ("ctx_messages", "ctx_calls", "ctx_pins", "ctx_runs", "ctx_summaries")
     types: ClassVar[tuple[str, ...] | None] = (
         "message_appended",
         "tool_returned",
@@ -41,6 +42,7 @@ class ContextIndex(Projection):
         "message_unpinned",
         "run_started",
         "run_finished",
+        "summary_recorded",
     )
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
@@ -84,7 +86,23 @@ class ContextIndex(Projection):
                 started_version INTEGER NOT NULL,
                 finished_position INTEGER,
                 PRIMARY KEY (session_id, started_position)
-            ) STRICT, WITHOUT ROWID
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.ctx_summaries (
+                session_id TEXT NOT NULL,
+                version INTEGER NOT NULL,        -- the summary event's own version
+                position INTEGER NOT NULL,
+                event_id TEXT NOT NULL,
+                first_version INTEGER NOT NULL,
+                last_version INTEGER NOT NULL,
+                level INTEGER NOT NULL,
+                tokens INTEGER NOT NULL,         -- of its context message, header included
+                key TEXT NOT NULL,
+                superseded_at INTEGER,           -- position of a later summary covering its range
+                PRIMARY KEY (session_id, version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_key ON ctx_summaries (key);
+            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_active
+                ON ctx_summaries (session_id, superseded_at)
             """.split(";"):
             conn.execute(statement)
 
@@ -161,6 +179,19 @@ class ContextIndex(Projection):
                         "AND target_version = ? AND unpinned_at IS NULL",
                         (record.position, sid, target),
                     )
+            elif isinstance(event, SummaryRecorded):
+                # A later summary whose range holds an earlier one's replaces it; keeping only the
+                # active ones current is what lets a build read O(active) rows, not every summary.
+                conn.execute(
+                    "UPDATE ctx_summaries SET superseded_at = ? WHERE session_id = ? "
+                    "AND superseded_at IS NULL AND first_version >= ? AND last_version <= ?",
+                    (record.position, sid, event.first_version, event.last_version),
+                )
+                conn.execute(
+                    "INSERT INTO ctx_summaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                    (sid, record.version, record.position, record.event_id, event.first_version,
+                     event.last_version, event.level, event.tokens, event.key),
+                )  # fmt: skip
             elif isinstance(event, RunStarted):
                 conn.execute(
                     "INSERT INTO ctx_runs (session_id, run_id, started_position, started_version) "

@@ -111,13 +111,13 @@ def pytest_output(failures: int, seed: int) -> str:
                 f"    def test_invoice_total(currency='{currency}'):",
                 "        lines = [(Money(Decimal('1000.5'), currency), 1)]",
                 ">       assert total(lines, Decimal('0')).amount == expected[currency]",
-                f"E       AssertionError: assert Decimal('1000.50') == Decimal('1001')",
+                "E       AssertionError: assert Decimal('1000.50') == Decimal('1001')",
                 "",
                 "tests/test_invoice.py:48: AssertionError",
             ]
         lines.append(f"FAILED tests/test_invoice.py::test_invoice_total - {failures} failed")
     lines.append(
-        f"======================= {failures} failed, {214 - failures} passed in 3.21s ========================"
+        f"{'=' * 23} {failures} failed, {214 - failures} passed in 3.21s {'=' * 24}"
         if failures
         else "============================= 216 passed in 3.30s =============================="
     )

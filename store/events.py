@@ -334,6 +334,75 @@ class ContextBuilt(_Event):
     """The model it was built for, if known."""
 
 
+class SummarizerInfo(_Model):
+    """Who wrote a summary."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    """The summarizer (``extractive``, ``openai``, ``command``, ``truncate``, or a caller's name)."""
+    model: str | None = None
+    """The model it used, if any."""
+    prompt_version: str = "1"
+    """Version of its prompt or rules: part of the reuse key."""
+
+
+class SummarizerUsage(_Model):
+    """Tokens the summarizer itself was billed."""
+
+    input_tokens: NonNegative = 0
+    """Prompt tokens."""
+    output_tokens: NonNegative = 0
+    """Completion tokens."""
+
+
+class SummaryRecorded(_Event):
+    """A summary of a range of the session. The events it covers stay in the log; contexts built
+    from this position on show the summary in their place."""
+
+    type: Literal["summary_recorded"] = "summary_recorded"
+    """Discriminator."""
+    schema_version: Literal[1] = 1
+    """Version of this event's schema."""
+    first_version: Annotated[int, Field(ge=1)]
+    """The first session version it covers."""
+    last_version: Annotated[int, Field(ge=1)]
+    """The last session version it covers."""
+    level: Annotated[int, Field(ge=0, le=32)]
+    """0 for a summary of raw events, n+1 for a summary of level-n summaries."""
+    text: Annotated[str, StringConstraints(min_length=1)]
+    """The summary."""
+    tokens: NonNegative
+    """Tokens of the summary's context message (header included), counted once when written."""
+    summarizer: SummarizerInfo
+    """Who wrote it."""
+    usage: SummarizerUsage | None = None
+    """What the summarizer was billed (None when no model was called, e.g. a reused summary)."""
+    key: Sha256
+    """sha256 of the covered events' hashes, the summarizer's name and its prompt version: an
+    identical range (a fork sharing the prefix) reuses the summary instead of paying again."""
+    covers: tuple[str, ...] = ()
+    """For a summary of summaries: the event ids of the summaries it condenses."""
+    reused_from: Identifier | None = None
+    """The event id of the summary whose text this one reuses (same key), if any."""
+
+    @model_validator(mode="after")
+    def _check_range(self) -> SummaryRecorded:
+        if self.last_version < self.first_version:
+            raise ValueError("last_version must not be before first_version")
+        return self
+
+    def context_text(self) -> str:
+        """The message a context shows in place of the covered events."""
+        return summary_context_text(self.first_version, self.last_version, self.text)
+
+    def token_texts(self) -> tuple[str, ...]:
+        return (self.context_text(),)
+
+
+def summary_context_text(first_version: int, last_version: int, text: str) -> str:
+    """How a summary reads in a context (its ``tokens`` count this whole text)."""
+    return f"[Summary of the conversation so far, versions {first_version}–{last_version}]\n{text}"
+
+
 Event: TypeAlias = Annotated[
     SessionStarted
     | MessageAppended
@@ -345,7 +414,8 @@ Event: TypeAlias = Annotated[
     | RunFinished
     | MessagePinned
     | MessageUnpinned
-    | ContextBuilt,
+    | ContextBuilt
+    | SummaryRecorded,
     Field(discriminator="type"),
 ]
 """Any event of the log."""
@@ -366,6 +436,7 @@ EVENT_CLASSES: dict[str, type[_Event]] = {
         MessagePinned,
         MessageUnpinned,
         ContextBuilt,
+        SummaryRecorded,
     )
 }
 """Event type name -> model class."""

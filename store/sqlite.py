@@ -49,6 +49,7 @@ from store.events import (
     MessagePinned,
     MessageUnpinned,
     SessionStarted,
+    SummaryRecorded,
     ToolReturned,
     describe_validation_error,
     load_stored,
@@ -379,6 +380,13 @@ class SQLiteStore(EventStore):
                 blob = (digest, len(data), *_encode_blob(data))
             elif event.artifact_id is not None:
                 raise InvalidEventError(f"{where} (tool_returned): artifact_id is set by the store; omit it")
+        elif isinstance(event, SummaryRecorded):
+            counted = self.tokenizer.count(event.context_text())
+            if event.tokens != counted:
+                raise InvalidEventError(
+                    f"{where} (summary_recorded): tokens is {event.tokens}, but its context message "
+                    f"has {counted} tokens with {self.tokenizer.name}; set tokens={counted}"
+                )
         elif isinstance(event, MessageAppended) and len(event.content.encode()) > MAX_CONTENT_BYTES:
             raise InvalidEventError(
                 f"{where} (message_appended): content is larger than {MAX_CONTENT_BYTES:,} "
@@ -396,6 +404,8 @@ class SQLiteStore(EventStore):
     def count_event_tokens(self, event: Event) -> int:
         """The tokens an event adds, with this store's tokenizer: exact, except for content over
         EXACT_COUNT_LIMIT bytes, which is estimated from its size."""
+        if isinstance(event, SummaryRecorded):
+            return event.tokens  # checked against the tokenizer when it was appended
         total = 0
         for text in event.token_texts():
             if len(text) * 4 > EXACT_COUNT_LIMIT and len(text.encode()) > EXACT_COUNT_LIMIT:
@@ -453,6 +463,11 @@ class SQLiteStore(EventStore):
                 raise InvalidEventError(
                     f"session_started must be a session's first event; session {session_id!r} "
                     f"already has {version - 1}"
+                )
+            if isinstance(event, SummaryRecorded) and event.last_version >= version:
+                raise InvalidEventError(
+                    f"summary_recorded at version {version} covers versions "
+                    f"{event.first_version}-{event.last_version}: a summary can only cover earlier events"
                 )
             if isinstance(event, MessageAppended):
                 batch_messages.add(event.event_id)
@@ -657,7 +672,9 @@ class SQLiteStore(EventStore):
         try:
             text = _decode_blob(row[2], row[3]).decode("utf-8")
         except (zlib.error, UnicodeDecodeError) as exc:
-            raise CorruptStoreError(f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`") from exc
+            raise CorruptStoreError(
+                f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
+            ) from exc
         return Blob(row[0], row[1], text)
 
     def count_events(self) -> int:
@@ -801,7 +818,7 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
             conn.execute("PRAGMA journal_mode = WAL").fetchone()
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() >= deadline:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.05)

@@ -152,8 +152,8 @@ def test_rebuild_and_verify_catch_a_damaged_projection(runner: CliRunner, db: Pa
 
 
 def test_sessions_at_a_position(runner: CliRunner, db: Path) -> None:
-    code, out = run(runner, db, "sessions", "--json")
+    _, out = run(runner, db, "sessions", "--json")
     [info] = json.loads(out)
     assert info["title"] == "Fix currency rounding in invoice totals" and info["head_version"] == 38
-    code, out = run(runner, db, "sessions", "--at", "10", "--json")
+    _, out = run(runner, db, "sessions", "--at", "10", "--json")
     assert json.loads(out)[0]["head_version"] == 10

@@ -1,0 +1,188 @@
+"""`turnlog compact` and `turnlog summaries`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from projections.capping import MIN_CAP
+from projections.context import ContextPolicy
+from projections.summaries import list_summaries
+from turnlog.cli import _Context, cli, pass_ctx
+from turnlog.compaction import CompactionOptions, compact
+from turnlog.output import emit, json_option, table
+from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
+
+
+@cli.command("compact")
+@click.argument("session")
+@click.option("--budget", type=click.IntRange(min=1), required=True, help="The context budget to fit.")
+@click.option(
+    "--summarizer",
+    type=click.Choice(["extractive", "openai", "command"]),
+    default="extractive",
+    show_default=True,
+    help="Who writes the summaries (extractive: offline and deterministic).",
+)
+@click.option(
+    "--keep-last", type=click.IntRange(min=0), default=20, show_default=True, help="Newest messages kept raw."
+)
+@click.option(
+    "--trigger",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.85,
+    show_default=True,
+    help="Compact when the context would need more than this share of the budget.",
+)
+@click.option(
+    "--summary-tokens",
+    type=click.IntRange(min=32),
+    default=400,
+    show_default=True,
+    help="Target size of each summary.",
+)
+@click.option(
+    "--max-tool-tokens",
+    type=click.IntRange(min=MIN_CAP),
+    default=1000,
+    show_default=True,
+    help="Tool output cap of the contexts to fit (as for `turnlog context`).",
+)
+@click.option("--model", help="openai: the model.")
+@click.option("--base-url", default="https://api.openai.com/v1", show_default=True, help="openai: endpoint.")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="openai: key variable.")
+@click.option("--command", "command_line", help="command: the program (reads the transcript on stdin).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="openai/command: seconds before giving up.",
+)
+@click.option("--during-run", is_flag=True, help="Compact even while a run is open.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be summarized and the tokens saved.")
+@json_option
+@pass_ctx
+def compact_(
+    ctx: _Context,
+    session: str,
+    budget: int,
+    summarizer: str,
+    keep_last: int,
+    trigger: float,
+    summary_tokens: int,
+    max_tool_tokens: int,
+    model: str | None,
+    base_url: str,
+    api_key_env: str,
+    command_line: str | None,
+    timeout: float,
+    during_run: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Summarize SESSION's oldest messages so its context fits BUDGET.
+
+    Summaries are events: the raw messages stay in the log, contexts built earlier are unchanged,
+    and a failing summarizer appends nothing. Four adjacent summaries of one level are condensed into
+    one of the next; a last, deterministic tier truncates. By default compaction waits for the open
+    run to finish.
+
+    \b
+    Examples:
+      turnlog compact chat-1 --budget 8000 --dry-run
+      turnlog compact chat-1 --budget 8000 --summarizer openai --model gpt-4o-mini
+      turnlog compact chat-1 --budget 8000 --summarizer command --command "./summarize.sh"
+    """
+    chosen: Summarizer
+    if summarizer == "openai":
+        if not model:
+            raise click.UsageError("--summarizer openai needs --model")
+        chosen = OpenAISummarizer(model, base_url=base_url, api_key_env=api_key_env, timeout=timeout)
+    elif summarizer == "command":
+        if not command_line:
+            raise click.UsageError("--summarizer command needs --command")
+        chosen = CommandSummarizer(command_line, timeout=timeout)
+    else:
+        chosen = ExtractiveSummarizer()
+    policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens)
+    options = CompactionOptions(
+        trigger=trigger, keep_last=keep_last, summary_tokens=summary_tokens, allow_open_run=during_run
+    )
+    with ctx.open() as store:
+        result = compact(store, session, policy, chosen, options=options, dry_run=dry_run)
+    steps = [
+        {
+            "step": s.kind,
+            "versions": f"{s.first}–{s.last}",
+            "level": s.level,
+            "messages": s.messages,
+            "replaces_tokens": s.covered_tokens,
+        }
+        for s in result.steps
+    ]
+    data: dict[str, Any] = {
+        "session_id": session,
+        "dry_run": dry_run,
+        "budget": budget,
+        "before_tokens": result.before_tokens,
+        "after_tokens": result.after_tokens,
+        "steps": steps,
+        "appended": [r.event_id for r in result.appended],
+        "reason": result.reason,
+    }
+    if not steps:
+        text = (
+            f"nothing to do: {result.reason} (the whole context needs about {result.before_tokens:,} tokens)"
+        )
+    else:
+        verb = "would write" if dry_run else "wrote"
+        text = (
+            f"{verb} {len(steps)} summar{'y' if len(steps) == 1 else 'ies'}: the whole context needs about "
+            f"{result.before_tokens:,} → {result.after_tokens:,} tokens (budget {budget:,})\n"
+            + table(steps, ["step", "versions", "level", "messages", "replaces_tokens"])
+        )
+    emit(data, as_json=as_json, text=text)
+
+
+@cli.command("summaries")
+@click.argument("session")
+@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@json_option
+@pass_ctx
+def summaries_(ctx: _Context, session: str, at: int | None, as_json: bool) -> None:
+    """Show SESSION's summary tree: levels, the versions each covers, and the tokens it saves.
+
+    \b
+    Example:
+      turnlog summaries chat-1
+    """
+    with ctx.open() as store:
+        found = list_summaries(store, session, at=at)
+    if as_json:
+        emit([dict(dataclasses.asdict(s), saved_tokens=s.saved_tokens) for s in found], as_json=True)
+        return
+    rows = [
+        {
+            "tree": "  " * (max(s.level for s in found) - s.level) + f"L{s.level}",
+            "versions": f"{s.first_version}–{s.last_version}",
+            "messages": s.covered_messages,
+            "covered": s.covered_tokens,
+            "summary": s.tokens,
+            "saved": s.saved_tokens,
+            "shown": "yes" if s.active else "replaced",
+            "by": s.summarizer + (" (reused)" if s.reused else ""),
+            "event": s.event_id[:12],
+        }
+        for s in found
+    ]
+    if not rows:
+        emit([], as_json=False, text="no summaries yet (`turnlog compact` writes them)")
+        return
+    emit(
+        rows,
+        as_json=False,
+        columns=["tree", "versions", "messages", "covered", "summary", "saved", "shown", "by", "event"],
+    )
