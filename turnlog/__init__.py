@@ -11,14 +11,19 @@ import os
 from store import *  # noqa: F403 - the facade re-exports the store's public names
 from store import __all__ as _store_all
 from store.sqlite import SQLiteStore, Synchronous, TokenCounting
+from turnlog.compaction import CompactionOptions, CompactionResult, compact
+from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
 from turnlog.importers import (
     IMPORT_FORMATS,
     Conversation,
     ImportResult,
     import_conversations,
     import_file,
+    parse_jsonl,
     parse_openai,
+    parse_pydantic_ai,
 )
+from turnlog.recorder import SessionRecorder, session
 
 
 def open_store(
@@ -41,11 +46,23 @@ def open_store(
 
 __all__ = [
     *_store_all,
+    "EXPORT_FORMATS",
     "IMPORT_FORMATS",
+    "CompactionOptions",
+    "CompactionResult",
     "Conversation",
     "ImportResult",
+    "SessionRecorder",
+    "compact",
+    "export_anthropic",
+    "export_jsonl",
+    "export_openai",
+    "export_sessions",
     "import_conversations",
     "import_file",
     "open_store",
+    "parse_jsonl",
     "parse_openai",
+    "parse_pydantic_ai",
+    "session",
 ]
