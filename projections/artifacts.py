@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import store.tokenizer as _tokenizer_module
 from projections.capping import MIN_CAP, cap_text
-from projections.materialize import Projection
+from projections.materialize import Projection, copy_rows, fork_of
 from store import (
     ArtifactWritten,
     RecordedEvent,
@@ -121,9 +121,9 @@ class ArtifactsProjection(Projection):
     listing shows, so neither listing nor indexing ever loads a blob."""
 
     name: ClassVar[str] = "artifacts"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     tables: ClassVar[tuple[str, ...]] = ("artifacts",)
-    types: ClassVar[tuple[str, ...] | None] = ("artifact_written", "tool_returned")
+    types: ClassVar[tuple[str, ...] | None] = ("artifact_written", "tool_returned", "session_started")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
         for statement in f"""
@@ -156,6 +156,11 @@ class ArtifactsProjection(Projection):
         for record in records:
             event = record.event
             own_tokens = 0
+            fork = fork_of(conn, record)
+            if fork is not None:  # a fork lists its parent's artifacts up to the fork
+                self._insert(conn, rows)
+                copy_rows(conn, "artifacts", fork[0], record.session_id, "position <= ?", (fork[2],))
+                continue
             if isinstance(event, ArtifactWritten):
                 kind: Kind = "artifact"
                 name, media_type, call_id = event.name, event.media_type, event.tool_call_id
@@ -184,12 +189,17 @@ class ArtifactsProjection(Projection):
                  "tool" if call_id is not None else "user", call_id, media_type, size,
                  max(0, tokens - own_tokens), int(exact), _count_lines(content), _abstract(content))
             )  # fmt: skip
+        self._insert(conn, rows)
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
         conn.executemany(
             "INSERT INTO artifacts (session_id, position, version, event_id, recorded_at, kind, "
             "artifact_id, name, source, tool_call_id, media_type, size, tokens, tokens_exact, lines, "
             "abstract) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
+        rows.clear()
 
 
 # --- queries ---------------------------------------------------------------------------------------

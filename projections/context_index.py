@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from projections.materialize import Projection
+from projections.materialize import Projection, copy_rows, fork_of
 from store import (
     MessageAppended,
     MessagePinned,
@@ -33,7 +33,7 @@ class ContextIndex(Projection):
     """Rows the context builder reads instead of the session's events."""
 
     name: ClassVar[str] = "context_index"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     tables: ClassVar[tuple[str, ...]] = ("ctx_messages", "ctx_calls", "ctx_pins", "ctx_runs", "ctx_summaries")
     types: ClassVar[tuple[str, ...] | None] = (
         "message_appended",
@@ -43,6 +43,7 @@ class ContextIndex(Projection):
         "run_started",
         "run_finished",
         "summary_recorded",
+        "session_started",
     )
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
@@ -130,7 +131,11 @@ class ContextIndex(Projection):
             event = record.event
             sid = record.session_id
             tokens = record.tokens or 0
-            if isinstance(event, MessageAppended):
+            fork = fork_of(conn, record)
+            if fork is not None:
+                _flush(conn, rows)
+                _copy_prefix(conn, fork, sid)
+            elif isinstance(event, MessageAppended):
                 st = state(sid)
                 first_user = event.role == "user" and not st.has_first_user
                 st.has_first_user = st.has_first_user or first_user
@@ -209,6 +214,25 @@ class ContextIndex(Projection):
             if len(rows) >= 1000 or isinstance(event, (MessagePinned, MessageUnpinned)):
                 _flush(conn, rows)
         _flush(conn, rows)
+
+
+def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+    """A fork's index starts as its parent's was at the fork: rows up to the fork version, and what
+    happened later in the parent (a return, an unpin, a run's end, a newer summary) undone."""
+    parent, version, position = fork
+
+    def until_fork(*columns: str, by: str) -> dict[str, str]:
+        return {c: f"CASE WHEN {by} <= {int(position)} THEN {c} END" for c in columns}
+
+    copy_rows(conn, "ctx_messages", parent, child, "version <= ?", (version,))
+    later_return = until_fork("return_version", "return_position", by="return_position")
+    copy_rows(conn, "ctx_calls", parent, child, "call_version <= ?", (version,), overrides=later_return)
+    unpinned = until_fork("unpinned_at", by="unpinned_at")
+    copy_rows(conn, "ctx_pins", parent, child, "pinned_at <= ?", (position,), overrides=unpinned)
+    finished = until_fork("finished_position", by="finished_position")
+    copy_rows(conn, "ctx_runs", parent, child, "started_position <= ?", (position,), overrides=finished)
+    superseded = until_fork("superseded_at", by="superseded_at")
+    copy_rows(conn, "ctx_summaries", parent, child, "position <= ?", (position,), overrides=superseded)
 
 
 def _flush(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:

@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
-from store import RecordedEvent, SQLiteStore
-from store.sqlite import counted_through, records_between
+from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
+from store.sqlite import counted_through, position_of, records_between
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
@@ -174,6 +174,40 @@ class Materializer:
                     for table in projection.tables:
                         conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
         return problems
+
+
+def fork_of(conn: sqlite3.Connection, record: RecordedEvent) -> tuple[str, int, int] | None:
+    """For a fork's ``session_started``: (parent session, fork version, position of that version).
+    Projections copy their parent's rows as of that position, so a fork sees its prefix."""
+    event = record.event
+    if not isinstance(event, SessionStarted) or event.parent is None:
+        return None
+    position = position_of(conn, event.parent.session_id, event.parent.version)
+    if position is None:  # the store checked the parent when the fork was appended
+        raise CorruptStoreError(f"position {record.position}: fork of a missing parent version")
+    return event.parent.session_id, event.parent.version, position
+
+
+def copy_rows(
+    conn: sqlite3.Connection,
+    table: str,
+    parent: str,
+    child: str,
+    where: str,
+    params: Sequence[Any],
+    *,
+    overrides: dict[str, str] | None = None,
+) -> None:
+    """Copy a table's rows of ``parent`` that match ``where`` as rows of ``child``; ``overrides``
+    maps a column to the SQL expression that replaces it (e.g. clearing what happened later)."""
+    columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+    chosen = {"session_id": "?", **(overrides or {})}
+    select = ", ".join(chosen.get(c, c) for c in columns)
+    conn.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) SELECT {select} FROM {table} "
+        f"WHERE session_id = ? AND ({where})",
+        (child, parent, *params),
+    )
 
 
 def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:

@@ -27,7 +27,7 @@ class SessionInfo:
     session_id: str
     """The session's id."""
     head_version: int
-    """Its last version (versions are 1, 2, 3, ... without gaps, so also its number of events)."""
+    """Its last version (a fork's own versions continue after its parent's fork version)."""
     event_count: int
     """Events of the session."""
     system_messages: int
@@ -90,7 +90,7 @@ class SessionsProjection(Projection):
     (``sess_history``, keyed by position, which is what makes "as of a position" one index seek)."""
 
     name: ClassVar[str] = "sessions"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     tables: ClassVar[tuple[str, ...]] = ("sess_sessions", "sess_history")
     types: ClassVar[tuple[str, ...] | None] = None  # every event counts towards the totals
 
@@ -247,7 +247,7 @@ def _info(row: tuple[Any, ...]) -> SessionInfo:
     return SessionInfo(
         session_id=sid,
         head_version=version,
-        event_count=version,
+        event_count=version - (parent_version or 0),
         system_messages=system,
         user_messages=user,
         assistant_messages=assistant,

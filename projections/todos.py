@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from pydantic import TypeAdapter, ValidationError
 
 from projections.artifacts import InvalidArgumentError
-from projections.materialize import Projection
+from projections.materialize import Projection, copy_rows, fork_of
 from store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
 from store.events import describe_validation_error
 
@@ -152,9 +152,9 @@ class TodosProjection(Projection):
     session's last row, the list as of a position the last row at or before it."""
 
     name: ClassVar[str] = "todos"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2
     tables: ClassVar[tuple[str, ...]] = ("todos",)
-    types: ClassVar[tuple[str, ...] | None] = ("todos_updated",)
+    types: ClassVar[tuple[str, ...] | None] = ("todos_updated", "session_started")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
         conn.execute(
@@ -172,9 +172,14 @@ class TodosProjection(Projection):
         )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for record in records:
             event = record.event
+            fork = fork_of(conn, record)
+            if fork is not None:  # a fork starts with its parent's todo history up to the fork
+                _insert(conn, rows)
+                copy_rows(conn, "todos", fork[0], record.session_id, "position <= ?", (fork[2],))
+                continue
             if not isinstance(event, TodosUpdated):
                 continue
             items = json.dumps(
@@ -192,11 +197,16 @@ class TodosProjection(Projection):
                     items,
                 )
             )
-        conn.executemany(
-            "INSERT INTO todos (session_id, position, version, event_id, recorded_at, items) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+        _insert(conn, rows)
+
+
+def _insert(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    conn.executemany(
+        "INSERT INTO todos (session_id, position, version, event_id, recorded_at, items) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    rows.clear()
 
 
 def current_todos(store: SQLiteStore, session_id: str, at: int | None = None) -> list[TodoItem]:

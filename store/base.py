@@ -142,9 +142,14 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def read_session(
-        self, session_id: str, *, from_version: int = 1, to_version: int | None = None
+        self, session_id: str, *, from_version: int = 1, to_version: int | None = None, own: bool = False
     ) -> list[RecordedEvent]:
-        """The session's own events with from_version <= version <= to_version, in order."""
+        """The session's events with from_version <= version <= to_version, in order. A fork's
+        history includes its parent's events up to the fork version, unless ``own``."""
+
+    @abc.abstractmethod
+    def first_event(self, session_id: str) -> RecordedEvent | None:
+        """The session's own first event, if it has any."""
 
     @abc.abstractmethod
     def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:

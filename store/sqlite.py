@@ -126,6 +126,7 @@ class SQLiteStore(EventStore):
         self.tokenizer = tokenizer
         self.token_counting: TokenCounting = token_counting
         self._lock = threading.RLock()
+        self._lineages: dict[str, list[tuple[str, int, int]]] = {}
 
     # --- opening ----------------------------------------------------------------------------
 
@@ -276,6 +277,10 @@ class SQLiteStore(EventStore):
                     raise VersionConflictError(session_id, expected_version, head)
             elif expected_version is not ANY and expected_version != head:
                 raise VersionConflictError(session_id, expected_version, head)
+            if head == 0:
+                # A fork's own events continue its parent's versions: the shared prefix keeps the
+                # numbers it has in the parent, and nothing is copied.
+                head = self._fork_base(conn, session_id, prepared[0].event)
             self._check_semantics(conn, session_id, head, prepared)
             if position is None:
                 position, prev_hash = 0, GENESIS_HASH
@@ -452,6 +457,29 @@ class SQLiteStore(EventStore):
             by_id.update((r.event_id, r) for r in self._read(conn, f"WHERE e.event_id IN ({marks})", chunk))
         return [by_id[event_id] for event_id in ids]
 
+    def _fork_base(self, conn: sqlite3.Connection, session_id: str, first: Event) -> int:
+        """For a new session started as a fork: the parent's version it branches at (checked)."""
+        if not isinstance(first, SessionStarted) or first.parent is None:
+            return 0
+        parent = first.parent
+        if parent.session_id == session_id:
+            raise InvalidEventError(f"session {session_id!r} cannot be a fork of itself")
+        parent_head = _head_version(conn, parent.session_id)
+        if parent_head == 0:
+            raise UnknownSessionError(parent.session_id)
+        if parent.version > parent_head:
+            raise InvalidEventError(
+                f"cannot fork {parent.session_id!r} at version {parent.version}: "
+                f"its head version is {parent_head}"
+            )
+        return parent.version
+
+    def lineage(self, session_id: str) -> list[tuple[str, int, int]]:
+        """The session's history as (session id, first version, last version) segments, oldest
+        first: a fork's parent prefix (recursively), then its own events."""
+        with self.reading() as conn:
+            return _lineage(conn, session_id, self._lineages)
+
     def _check_semantics(
         self, conn: sqlite3.Connection, session_id: str, head: int, prepared: list[_Prepared]
     ) -> None:
@@ -459,7 +487,11 @@ class SQLiteStore(EventStore):
         for offset, item in enumerate(prepared, 1):
             event = item.event
             version = head + offset
-            if isinstance(event, SessionStarted) and version != 1:
+            if (
+                isinstance(event, SessionStarted)
+                and offset + head != 1
+                and not (offset == 1 and event.parent)
+            ):
                 raise InvalidEventError(
                     f"session_started must be a session's first event; session {session_id!r} "
                     f"already has {version - 1}"
@@ -476,9 +508,13 @@ class SQLiteStore(EventStore):
                 if target in batch_messages:
                     continue
                 row = conn.execute(
-                    "SELECT session_id, type FROM events WHERE event_id = ?", (target,)
+                    "SELECT session_id, version, type FROM events WHERE event_id = ?", (target,)
                 ).fetchone()
-                if row is None or row[0] != session_id or row[1] != "message_appended":
+                in_lineage = row is not None and any(
+                    sid == row[0] and lo <= row[1] <= hi
+                    for sid, lo, hi in _lineage(conn, session_id, self._lineages)
+                )
+                if not in_lineage or row[2] != "message_appended":
                     raise UnknownEventError(
                         f"{event.type}: no message with event id {target!r} in session "
                         f"{session_id!r}; `turnlog log {session_id}` shows the event ids"
@@ -532,30 +568,44 @@ class SQLiteStore(EventStore):
         return [_record(row) for row in conn.execute(f"{_EVENT_SELECT} {where}", params)]
 
     def read_session(
-        self, session_id: str, *, from_version: int = 1, to_version: int | None = None
+        self, session_id: str, *, from_version: int = 1, to_version: int | None = None, own: bool = False
     ) -> list[RecordedEvent]:
         self.catch_up_tokens()
+        upper = to_version if to_version is not None else 2**62
+        found: list[RecordedEvent] = []
         with self.reading() as conn:
-            return self._read(
-                conn,
-                "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version",
-                (session_id, from_version, to_version if to_version is not None else 2**62),
-            )
+            segments = _lineage(conn, session_id, self._lineages)
+            for sid, lo, hi in segments[-1:] if own else segments:
+                if max(lo, from_version) <= min(hi, upper):
+                    found += self._read(
+                        conn,
+                        "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version",
+                        (sid, max(lo, from_version), min(hi, upper)),
+                    )
+        return found
 
     def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
         """The session's events with these versions, in order (missing versions are left out)."""
         self.catch_up_tokens()
         found: list[RecordedEvent] = []
         with self.reading() as conn:
-            for start in range(0, len(versions), 500):
-                chunk = list(versions[start : start + 500])
-                found += self._read(
-                    conn,
-                    f"WHERE e.session_id = ? AND e.version IN ({','.join('?' * len(chunk))})",
-                    (session_id, *chunk),
-                )
+            for sid, lo, hi in _lineage(conn, session_id, self._lineages):
+                mine = [v for v in versions if lo <= v <= hi]
+                for start in range(0, len(mine), 500):
+                    chunk = mine[start : start + 500]
+                    found += self._read(
+                        conn,
+                        f"WHERE e.session_id = ? AND e.version IN ({','.join('?' * len(chunk))})",
+                        (sid, *chunk),
+                    )
         found.sort(key=lambda r: r.version)
         return found
+
+    def first_event(self, session_id: str) -> RecordedEvent | None:
+        """The session's own first event (a fork's is its session_started), if it has any."""
+        with self.reading() as conn:
+            rows = self._read(conn, "WHERE e.session_id = ? ORDER BY e.version LIMIT 1", (session_id,))
+        return rows[0] if rows else None
 
     def version_at(self, session_id: str, position: int) -> int:
         """The session's last version at or before a global position (0 if none)."""
@@ -569,12 +619,16 @@ class SQLiteStore(EventStore):
 
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
         self.catch_up_tokens()
+        rows: list[RecordedEvent] = []
         with self.reading() as conn:
-            rows = self._read(
-                conn,
-                "WHERE e.session_id = ? ORDER BY e.version DESC LIMIT ?",
-                (session_id, limit),
-            )
+            for sid, lo, hi in reversed(_lineage(conn, session_id, self._lineages)):
+                if len(rows) >= limit:
+                    break
+                rows += self._read(
+                    conn,
+                    "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version DESC LIMIT ?",
+                    (sid, lo, hi, limit - len(rows)),
+                )
         rows.reverse()
         return rows
 
@@ -614,14 +668,23 @@ class SQLiteStore(EventStore):
         ref = ref.strip()
         if len(ref) < 6:
             raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        rows: list[RecordedEvent] = []
         with self.reading() as conn:
-            rows = self._read(conn, "WHERE e.event_id = ? AND e.session_id = ?", (ref, session_id))
-            if not rows:
-                rows = self._read(
+            segments = _lineage(conn, session_id, self._lineages)
+            for sid, lo, hi in segments:
+                rows += self._read(
                     conn,
-                    "WHERE e.session_id = ? AND substr(e.event_id, 1, ?) = ? LIMIT 3",
-                    (session_id, len(ref), ref),
+                    "WHERE e.event_id = ? AND e.session_id = ? AND e.version BETWEEN ? AND ?",
+                    (ref, sid, lo, hi),
                 )
+            if not rows:
+                for sid, lo, hi in segments:
+                    rows += self._read(
+                        conn,
+                        "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? "
+                        "AND substr(e.event_id, 1, ?) = ? LIMIT 3",
+                        (sid, lo, hi, len(ref), ref),
+                    )
         if not rows:
             raise UnknownEventError(
                 f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
@@ -715,7 +778,10 @@ class SQLiteStore(EventStore):
                 computed = _hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at)
                 if computed != digest:
                     problem(pos, f"position {pos}: content does not match its hash (tampered)")
-                if version != versions.get(sid, 0) + 1:
+                expected_version = versions.get(sid)
+                if expected_version is None:
+                    expected_version = _fork_version(etype, payload)
+                if version != expected_version + 1:
                     problem(pos, f"position {pos}: session {sid!r} version {version} out of order")
                 versions[sid] = version
                 prev_hash = digest
@@ -879,10 +945,55 @@ def records_between(
     return [_record(row) for row in rows]
 
 
+def _lineage(
+    conn: sqlite3.Connection, session_id: str, cache: dict[str, list[tuple[str, int, int]]]
+) -> list[tuple[str, int, int]]:
+    """(session, first version, last version) segments of a session's history, oldest first."""
+    found = cache.get(session_id)
+    if found is not None:
+        return found
+    row = conn.execute(
+        "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
+    ).fetchone()
+    parent = json.loads(row[1]).get("parent") if row and row[0] == "session_started" else None
+    if not parent:
+        segments = [(session_id, 1, 2**62)]
+    else:
+        upto = int(parent["version"])
+        prefix = _lineage(conn, parent["session_id"], cache)
+        segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
+        segments.append((session_id, upto + 1, 2**62))
+    if row is not None:  # the facts of an existing session never change
+        cache[session_id] = segments
+    return segments
+
+
+def position_of(conn: sqlite3.Connection, session_id: str, version: int) -> int | None:
+    """The global position of a session's version, following a fork's lineage."""
+    for sid, lo, hi in _lineage(conn, session_id, {}):
+        if lo <= version <= hi:
+            row = conn.execute(
+                "SELECT position FROM events WHERE session_id = ? AND version = ?", (sid, version)
+            ).fetchone()
+            return int(row[0]) if row else None
+    return None
+
+
 def counted_through(conn: sqlite3.Connection) -> int:
     """Every event at or below this position has its token count."""
     row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'").fetchone()
     return int(row[0]) if row else 0
+
+
+def _fork_version(event_type: str, payload: str) -> int:
+    """The parent version a session's first event forks at (0 for a session that is no fork)."""
+    if event_type != "session_started":
+        return 0
+    try:
+        parent = json.loads(payload).get("parent")
+        return int(parent["version"]) if parent else 0
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return 0
 
 
 def _head_version(conn: sqlite3.Connection, session_id: str) -> int:

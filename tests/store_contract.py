@@ -107,7 +107,8 @@ session_started = st.builds(
     title=st.none() | texts,
     model=st.none() | names,
     metadata=st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=4),
-    parent=st.none() | st.builds(ForkPoint, session_id=identifiers, version=st.integers(1, 10**6)),
+    # A fork needs its parent in the store: forks have tests of their own below.
+    parent=st.none(),
 )
 
 
@@ -1010,3 +1011,57 @@ class StoreContract:
         assert [r.event.content for r in store.iter_after(0)] == [content] * 3
         store.append("t", [ArtifactWritten(name="other.txt", content=content + "!")])
         assert self.count_blobs(store) == 2
+
+    # --- forks --------------------------------------------------------------------------------
+
+    def test_a_fork_shares_the_prefix_without_copying(self, store: EventStore) -> None:
+        store.append("p", [msg("one"), msg("two"), msg("three")])
+        before = store.head_position()
+        [started] = store.append("f", [SessionStarted(parent=ForkPoint(session_id="p", version=2))])
+        assert started.version == 3 and store.head_position() == before + 1
+        store.append("f", [msg("fork four")], expected_version=3)
+        store.append("p", [msg("parent four")], expected_version=3)
+        fork = store.read_session("f")
+        assert [r.session_id for r in fork] == ["p", "p", "f", "f"]
+        assert [getattr(r.event, "content", None) for r in fork] == ["one", "two", None, "fork four"]
+        assert [r.version for r in store.read_session("f", own=True)] == [3, 4]
+        assert [getattr(r.event, "content", None) for r in store.read_session("p")][-1] == "parent four"
+        assert [r.version for r in store.read_tail("f", 3)] == [2, 3, 4]
+        assert [r.version for r in store.read_versions("f", [1, 4])] == [1, 4]
+        first = store.first_event("f")
+        assert first is not None and isinstance(first.event, SessionStarted)
+        assert store.find_event("f", fork[0].event_id).session_id == "p"
+        assert store.verify().ok
+
+    def test_a_fork_of_a_fork(self, store: EventStore) -> None:
+        store.append("a", [msg("a1"), msg("a2"), msg("a3")])
+        store.append("b", [SessionStarted(parent=ForkPoint(session_id="a", version=2)), msg("b4")])
+        store.append("c", [SessionStarted(parent=ForkPoint(session_id="b", version=4)), msg("c6")])
+        history = store.read_session("c")
+        assert [(r.session_id, r.version) for r in history] == [
+            ("a", 1),
+            ("a", 2),
+            ("b", 3),
+            ("b", 4),
+            ("c", 5),
+            ("c", 6),
+        ]
+
+    def test_a_fork_can_pin_a_message_of_its_prefix(self, store: EventStore) -> None:
+        [first] = store.append("p", [msg("keep me")])
+        store.append("f", [SessionStarted(parent=ForkPoint(session_id="p", version=1))])
+        store.append("f", [MessagePinned(target_event_id=first.event_id)])
+        [late] = store.append("p", [msg("after the fork")])
+        with pytest.raises(UnknownEventError):
+            store.append("f", [MessagePinned(target_event_id=late.event_id)])
+
+    @pytest.mark.parametrize(
+        ("parent", "version", "error"),
+        [("missing", 1, UnknownSessionError), ("p", 5, InvalidEventError), ("f", 1, InvalidEventError)],
+    )
+    def test_bad_forks_are_refused(self, store: EventStore, parent: str, version: int, error: type) -> None:
+        store.append("p", [msg("one"), msg("two")])
+        before = store.head_position()
+        with pytest.raises(error):
+            store.append("f", [SessionStarted(parent=ForkPoint(session_id=parent, version=version))])
+        assert store.head_position() == before and store.head_version("f") == 0

@@ -213,10 +213,17 @@ def test_v1_fixture_appends_as_one_session() -> None:
         {"type": r["type"], "schema_version": 1, "event_id": r["event_id"], **r["payload"]} for r in rows
     ]
     with SQLiteStore.open(":memory:") as s:
+        # The fixture's session_started forks "parent-session" at version 12: it must exist.
+        s.append(
+            "parent-session",
+            [{"type": "message_appended", "role": "user", "content": f"m{i}"} for i in range(12)],
+        )
         records = s.append("fixture", given_rows)
         loaded = [load_stored(r["type"], 1, r["event_id"], dict(r["payload"])) for r in rows]
         assert [r.event for r in records] == loaded
-        assert [r.event for r in s.read_session("fixture")] == loaded
+        assert records[0].version == 13
+        assert [r.event for r in s.read_session("fixture", from_version=13)] == loaded
+        assert len(s.read_session("fixture")) == 12 + len(loaded)
         assert s.verify().ok
 
 

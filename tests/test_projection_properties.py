@@ -12,6 +12,7 @@ from projections.registry import all_projections, materializer
 from store import (
     ArtifactWritten,
     ContextBuilt,
+    ForkPoint,
     ManifestEntry,
     MessageAppended,
     MessagePinned,
@@ -40,9 +41,21 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
     open_calls: dict[str, list[str]] = {s: [] for s in sessions}
     runs: dict[str, str | None] = {s: None for s in sessions}
     started: set[str] = set()
+    heads: dict[str, int] = {s: 0 for s in sessions}
     batches: list[tuple[str, list[Any]]] = []
     counter = 0
     for _ in range(draw(st.integers(1, 12))):
+        forkable = [s for s in sessions if heads[s] > 0]
+        if forkable and draw(st.integers(0, 5)) == 0:
+            parent = draw(st.sampled_from(forkable))
+            at = draw(st.integers(1, heads[parent]))
+            child = f"fork{len(sessions)}"
+            sessions.append(child)
+            messages[child], open_calls[child], runs[child] = [], [], None
+            started.add(child)
+            heads[child] = at + 1
+            batches.append((child, [SessionStarted(parent=ForkPoint(session_id=parent, version=at))]))
+            continue
         sid = draw(st.sampled_from(sessions))
         batch: list[Any] = []
         if sid not in started and draw(st.booleans()):
@@ -144,6 +157,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                     )
                 )
         # A pin in the same batch as its target message is fine; across sessions it is not made.
+        heads[sid] += len(batch)
         batches.append((sid, batch))
     return batches
 

@@ -121,7 +121,9 @@ def test_fields(store: SQLiteStore) -> None:
     assert s1.tokens == sum(r.tokens or 0 for r in store.read_session("s1")) > 0
     assert (s2.session_id, s2.title, s2.model) == ("s2", None, None)
     assert s2.parent == ForkPoint(session_id="s1", version=3)
-    assert (s2.head_version, s2.user_messages, s2.first_position, s2.last_position) == (3, 1, 6, 11)
+    # A fork's own versions continue after the fork version (3): its 3 own events are versions 4-6.
+    assert (s2.head_version, s2.event_count, s2.user_messages) == (6, 3, 1)
+    assert (s2.first_position, s2.last_position) == (6, 11)
     # The log's own summary agrees on what both know.
     summaries = {s.session_id: s for s in store.sessions()}
     for info in (s1, s2):
@@ -156,7 +158,7 @@ def test_as_of_a_position_in_another_session_keeps_the_last_state(store: SQLiteS
     fill(store)
     at_seven = {s.session_id: s for s in list_sessions(store, at=7)}
     assert at_seven["s1"].last_position == 5
-    assert at_seven["s2"].head_version == 2
+    assert (at_seven["s2"].head_version, at_seven["s2"].event_count) == (5, 2)  # a fork of s1 at version 3
 
 
 @pytest.mark.parametrize("at", [-1, 1.5, True])

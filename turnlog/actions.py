@@ -7,10 +7,14 @@ from collections.abc import Sequence
 
 from projections.todos import TodoInput, build_todo_list
 from store import (
+    NO_SESSION,
+    ForkPoint,
+    InvalidEventError,
     MessageAppended,
     MessagePinned,
     MessageUnpinned,
     RecordedEvent,
+    SessionStarted,
     SQLiteStore,
     UnknownEventError,
 )
@@ -35,6 +39,30 @@ def unpin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | N
 def write_todos(store: SQLiteStore, session_id: str, items: Sequence[TodoInput]) -> RecordedEvent:
     """Replace the session's todo list (built and checked by the one todo-list builder)."""
     [recorded] = store.append(session_id, [build_todo_list(items)])
+    return recorded
+
+
+def fork_session(
+    store: SQLiteStore, session_id: str, at_version: int, into: str, *, title: str | None = None
+) -> RecordedEvent:
+    """Start ``into`` as a fork of ``session_id`` sharing its history up to ``at_version``. Nothing
+    is copied: the fork's ``session_started`` points at the parent and version, and every projection
+    of the fork sees that prefix; appends to either never affect the other."""
+    head = store.require_session(session_id)
+    if not 1 <= at_version <= head:
+        raise InvalidEventError(
+            f"--at must be a version of {session_id!r} from 1 to {head}, not {at_version}"
+        )
+    if store.head_version(into) != 0:
+        raise InvalidEventError(f"session {into!r} already exists: choose another name for the fork")
+    first = store.first_event(session_id)
+    model = first.event.model if first is not None and isinstance(first.event, SessionStarted) else None
+    started = SessionStarted(
+        title=title or f"fork of {session_id} at version {at_version}",
+        model=model,
+        parent=ForkPoint(session_id=session_id, version=at_version),
+    )
+    [recorded] = store.append(into, [started], expected_version=NO_SESSION)
     return recorded
 
 

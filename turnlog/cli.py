@@ -30,7 +30,7 @@ from store import (
     StoreError,
     parse_events_json,
 )
-from turnlog.actions import pin_message, unpin_message, write_todos
+from turnlog.actions import fork_session, pin_message, unpin_message, write_todos
 from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
 from turnlog.output import describe, emit, json_option, short, table
@@ -647,6 +647,36 @@ def _print_written(recorded: Any, as_json: bool, verb: str) -> None:
          "target_event_id": target},
         as_json=as_json,
         text=f"{verb} {target[:12]} (event {recorded.event_id[:12]} at position {recorded.position})",
+    )  # fmt: skip
+
+
+@cli.command()
+@click.argument("session")
+@click.option(
+    "--at", "at_version", type=click.IntRange(min=1), required=True, help="The last version shared."
+)
+@click.option("--into", required=True, help="The new session's id.")
+@click.option("--title", help="A title for the fork.")
+@json_option
+@pass_ctx
+def fork(ctx: _Context, session: str, at_version: int, into: str, title: str | None, as_json: bool) -> None:
+    """Start a new session that shares SESSION's history up to a version, without copying it.
+
+    Every projection of the fork (context, artifacts, todos, summaries) sees the shared prefix;
+    appends to either session never affect the other.
+
+    \b
+    Example:
+      turnlog fork chat-1 --at 14 --into chat-1-retry
+    """
+    with ctx.open() as store:
+        recorded = fork_session(store, session, at_version, into, title=title)
+    emit(
+        {"session_id": into, "parent": session, "at_version": at_version, "event_id": recorded.event_id,
+         "version": recorded.version, "position": recorded.position},
+        as_json=as_json,
+        text=f"forked {session} at version {at_version} into {into} (its own events start at version "
+        f"{recorded.version})",
     )  # fmt: skip
 
 

@@ -59,7 +59,9 @@ def export_jsonl(store: EventStore, session_id: str) -> Iterator[str]:
     so a long session is never held in memory whole. Raises UnknownSessionError for an unknown session."""
     head = store.require_session(session_id)
     for start in range(1, head + 1, _PAGE):
-        for record in store.read_session(session_id, from_version=start, to_version=start + _PAGE - 1):
+        for record in store.read_session(
+            session_id, from_version=start, to_version=start + _PAGE - 1, own=True
+        ):
             line = record.to_dict()
             line["digest"] = jsonl_digest(line)
             yield _one_line(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
@@ -147,8 +149,8 @@ def _parents_first(store: EventStore, session_ids: Sequence[str]) -> list[str]:
     def place(session_id: str, seen: frozenset[str]) -> None:
         if session_id in ordered or session_id in seen:
             return
-        first = store.read_session(session_id, to_version=1)
-        event = first[0].event if first else None
+        first = store.first_event(session_id)
+        event = first.event if first else None
         if isinstance(event, SessionStarted) and event.parent and event.parent.session_id in wanted:
             place(event.parent.session_id, seen | {session_id})
         ordered.append(session_id)

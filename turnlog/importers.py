@@ -134,15 +134,15 @@ def _plan(
     head = store.head_version(sid)
     if head == 0:
         return 0, events
-    stored = store.read_session(sid, to_version=len(events))
-    stored_ids = [r.event_id for r in stored]
+    own = store.read_session(sid, own=True)
+    stored_ids = [r.event_id for r in own[: len(events)]]
     if stored_ids != [e.event_id for e in events[: len(stored_ids)]]:
         raise DuplicateEventError(
             f"session {sid!r} already exists and was not imported from this file; "
             "choose another name with --session"
         )
     rest = events[len(stored_ids) :]
-    if rest and head != len(stored_ids):
+    if rest and len(own) != len(stored_ids):
         raise DuplicateEventError(
             f"session {sid!r} has events appended after its import; "
             "import the grown file under another name with --session"
@@ -388,6 +388,7 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
     from turnlog.exporters import jsonl_digest  # the format is defined next to its writer
 
     groups: dict[str, list[Event]] = {}
+    bases: dict[str, int] = {}
     for number, line in enumerate(_lines(text), 1):
         if not line.strip():
             continue
@@ -419,9 +420,18 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
                 f"{where}: the content does not match its digest: the line was edited or damaged"
             )
         events = groups.setdefault(sid, [])
-        if version != len(events) + 1:
+        if not events:
+            # A fork's own events continue its parent's versions.
+            parent = body.get("parent") if data["type"] == "session_started" else None
+            bases[sid] = (
+                parent["version"]
+                if isinstance(parent, dict) and isinstance(parent.get("version"), int)
+                else 0
+            )
+        expected = bases[sid] + len(events) + 1
+        if version != expected:
             raise InvalidEventError(
-                f"{where}: session {sid!r} version {version} where {len(events) + 1} was expected: "
+                f"{where}: session {sid!r} version {version} where {expected} was expected: "
                 "an export holds whole sessions, each in version order"
             )
         fields = {**body, "type": data["type"], "event_id": data["event_id"]}

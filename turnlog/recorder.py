@@ -319,7 +319,8 @@ def session(
             )
             recorder.append(started)
         elif recorder.model is None:
-            first = opened.read_session(session_id, to_version=1)[0].event
+            found = opened.first_event(session_id)
+            first = found.event if found else None
             recorder.model = first.model if isinstance(first, SessionStarted) else None
     except BaseException:
         if owns:
