@@ -1,3 +1,3 @@
 """CLI commands kept in modules of their own; importing this package registers them on ``cli``."""
 
-from turnlog.commands import compaction, io, tool  # noqa: F401
+from turnlog.commands import compaction, io, replay, tool  # noqa: F401

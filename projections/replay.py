@@ -1,0 +1,138 @@
+"""Replay: the model calls of a session, each with the context as it was built then — from the
+recorded manifest when there is one, otherwise rebuilt as of that position — and what changed since
+the previous call (added, capped, summarized, dropped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from projections.context import BuiltContext, ContextPolicy, build_context
+from store import (
+    ContextBuilt,
+    ManifestEntry,
+    MessageAppended,
+    RecordedEvent,
+    SQLiteStore,
+    StoreError,
+    UsageRecorded,
+)
+
+
+@dataclass
+class ModelCall:
+    """One model call and the context it was sent."""
+
+    number: int
+    """1, 2, 3, ... in the session."""
+    at_position: int
+    """The log position the context is as of (just before the call's answer)."""
+    session_id: str
+    """The session whose context it was (a fork's shared prefix belongs to its parent)."""
+    run_id: str | None
+    model: str | None
+    billed_input: int | None
+    """Input tokens the provider billed for the call, when usage was recorded."""
+    source: Literal["manifest", "rebuilt"]
+    """Read from a recorded ``context_built`` event, or rebuilt with the given policy."""
+    total_tokens: int
+    entries: tuple[ManifestEntry, ...]
+    added: list[str] = field(default_factory=list)
+    """Events shown now and not on the previous call."""
+    capped: list[str] = field(default_factory=list)
+    """Events shown capped now but whole (or not at all) before."""
+    summarized: list[str] = field(default_factory=list)
+    """Summaries shown for the first time."""
+    dropped: list[str] = field(default_factory=list)
+    """Events shown on the previous call and not now (left out, or replaced by a summary)."""
+    context: BuiltContext | None = None
+    """The rebuilt context (None when read from a manifest)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "at_position": self.at_position,
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "model": self.model,
+            "billed_input": self.billed_input,
+            "source": self.source,
+            "total_tokens": self.total_tokens,
+            "added": self.added,
+            "capped": self.capped,
+            "summarized": self.summarized,
+            "dropped": self.dropped,
+            "entries": [e.model_dump() for e in self.entries],
+        }
+
+
+def replay(
+    store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int | None = None
+) -> list[ModelCall]:
+    """The session's model calls up to position ``at``: each ``usage_recorded`` is a call (its
+    context is as of just before the assistant message it answered with); a session without usage
+    records counts each assistant message as a call."""
+    store.require_session(session_id)
+    records = store.read_session(session_id)
+    if at is not None:
+        records = [r for r in records if r.position <= at]
+    has_usage = any(isinstance(r.event, UsageRecorded) for r in records)
+    calls: list[ModelCall] = []
+    answer: RecordedEvent | None = None  # the assistant message of the call in progress
+    manifest: RecordedEvent | None = None  # a context_built recorded for it
+    for record in records:
+        event = record.event
+        if isinstance(event, ContextBuilt):
+            manifest = record
+        elif isinstance(event, MessageAppended) and event.role == "assistant":
+            if has_usage:
+                answer = answer or record
+            else:
+                calls.append(_call(store, len(calls) + 1, record, None, manifest, policy))
+                manifest = None
+        elif isinstance(event, UsageRecorded):
+            calls.append(_call(store, len(calls) + 1, answer or record, event, manifest, policy))
+            answer = manifest = None
+    previous: ModelCall | None = None
+    for call in calls:
+        _diff(previous, call)
+        previous = call
+    return calls
+
+
+def _call(
+    store: SQLiteStore,
+    number: int,
+    answer: RecordedEvent,
+    usage: UsageRecorded | None,
+    manifest: RecordedEvent | None,
+    policy: ContextPolicy,
+) -> ModelCall:
+    at = answer.position - 1
+    run_id = usage.run_id if usage else None
+    model = usage.model if usage else None
+    billed = usage.input_tokens if usage else None
+    if manifest is not None and isinstance(manifest.event, ContextBuilt):
+        built_event = manifest.event
+        return ModelCall(number, built_event.at_position, manifest.session_id, run_id or built_event.run_id,
+                         model or built_event.model, billed, "manifest", built_event.total_tokens,
+                         built_event.entries)  # fmt: skip
+    try:
+        built = build_context(store, answer.session_id, policy, at=at)
+    except StoreError as exc:
+        raise StoreError(f"call {number} (position {answer.position}): {exc}") from exc
+    return ModelCall(number, at, answer.session_id, run_id, model, billed, "rebuilt", built.total_tokens,
+                     built.entries, context=built)  # fmt: skip
+
+
+def _keys(entries: tuple[ManifestEntry, ...], modes: tuple[str, ...] | None = None) -> dict[str, str]:
+    return {e.event_ids[0]: e.mode for e in entries if e.event_ids and (modes is None or e.mode in modes)}
+
+
+def _diff(previous: ModelCall | None, call: ModelCall) -> None:
+    now = _keys(call.entries)
+    before = _keys(previous.entries) if previous else {}
+    call.added = [k for k, mode in now.items() if k not in before and mode != "summary"]
+    call.summarized = [k for k, mode in now.items() if mode == "summary" and k not in before]
+    call.capped = [k for k, mode in now.items() if mode == "capped" and before.get(k) != "capped"]
+    call.dropped = [k for k in before if k not in now]

@@ -1,0 +1,103 @@
+"""`turnlog replay`."""
+
+from __future__ import annotations
+
+import click
+
+from projections.capping import MIN_CAP
+from projections.context import ContextPolicy
+from projections.formats import render
+from projections.replay import replay as replay_calls
+from turnlog.cli import _Context, _manifest_table, cli, pass_ctx
+from turnlog.output import emit, json_option, table
+
+
+@cli.command()
+@click.argument("session")
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=8000,
+    show_default=True,
+    help="Policy for calls without a recorded manifest: the budget.",
+)
+@click.option(
+    "--max-tool-tokens",
+    type=click.IntRange(min=MIN_CAP),
+    default=1000,
+    show_default=True,
+    help="Policy for calls without a recorded manifest: the tool output cap.",
+)
+@click.option("--at", type=click.IntRange(min=1), help="Only the calls made up to this log position.")
+@click.option("--call", "show_call", type=click.IntRange(min=1), help="Print the context of call N in full.")
+@json_option
+@pass_ctx
+def replay(
+    ctx: _Context,
+    session: str,
+    budget: int,
+    max_tool_tokens: int,
+    at: int | None,
+    show_call: int | None,
+    as_json: bool,
+) -> None:
+    """Walk SESSION's model calls: what each was sent, its tokens, and what changed since the
+    previous call (added, capped, summarized, dropped).
+
+    A call is a `usage_recorded` (or, where no usage was recorded, an assistant message). Its context
+    comes from the recorded manifest when there is one (`turnlog context --record`), otherwise it is
+    rebuilt with the given policy as of just before the call's answer.
+
+    \b
+    Examples:
+      turnlog replay chat-1 --budget 8000
+      turnlog replay chat-1 --call 3 --json
+    """
+    policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text")
+    with ctx.open() as store:
+        calls = replay_calls(store, session, policy, at=at)
+    if show_call is not None:
+        chosen = next((c for c in calls if c.number == show_call), None)
+        if chosen is None:
+            raise click.ClickException(
+                f"{session} has {len(calls)} model calls; there is no call {show_call}"
+            )
+        if as_json:
+            data = chosen.to_dict()
+            if chosen.context is not None:
+                data["messages"] = render(chosen.context.messages, "openai")
+            emit(data, as_json=True)
+        elif chosen.context is not None:
+            click.echo(f"call {chosen.number}: context as of position {chosen.at_position}, ", nl=False)
+            click.echo(f"{chosen.total_tokens:,} tokens\n")
+            click.echo(chosen.context.rendered)
+        else:
+            manifest = {
+                "entries": [e.model_dump() for e in chosen.entries],
+                "total_tokens": chosen.total_tokens,
+                "budget": budget,
+                "tokenizer": "recorded manifest",
+                "omitted_messages": 0,
+            }
+            click.echo(f"call {chosen.number}: from its recorded manifest\n" + _manifest_table(manifest))
+        return
+    if as_json:
+        emit([c.to_dict() for c in calls], as_json=True)
+        return
+    rows = [
+        {
+            "call": c.number,
+            "at": c.at_position,
+            "run": c.run_id or "",
+            "from": c.source,
+            "tokens": c.total_tokens,
+            "billed": c.billed_input,
+            "added": len(c.added),
+            "capped": len(c.capped),
+            "summarized": len(c.summarized),
+            "dropped": len(c.dropped),
+        }
+        for c in calls
+    ]
+    columns = ["call", "at", "run", "from", "tokens", "billed", "added", "capped", "summarized", "dropped"]
+    emit(rows, as_json=False, text=table(rows, columns) if rows else f"{session} has no model calls yet")
