@@ -57,8 +57,8 @@ def cap_text(
             break
         head_n = max(1, int(available * head_share))
         tail_n = max(0, available - head_n)
-        head = tokenizer.head(text, head_n)
-        tail = tokenizer.tail(text, tail_n)
+        head = _to_line_end(tokenizer.head(text, head_n))
+        tail = _from_line_start(tokenizer.tail(text, tail_n))
         shown = tokenizer.count(head) + tokenizer.count(tail)
         result = f"{head}\n{notice(shown, total)}\n{tail}" if tail else f"{head}\n{notice(shown, total)}"
         tokens = tokenizer.count(result)
@@ -71,3 +71,16 @@ def cap_text(
         only = tokenizer.head(only, max_tokens)
         tokens = tokenizer.count(only)
     return Capped(only, tokens, total, True)
+
+
+def _to_line_end(head: str) -> str:
+    """The head cut back to its last line break when one is near its end: code and logs read
+    better in whole lines, and the few tokens given up are not worth a broken line."""
+    cut = head.rfind("\n")
+    return head[: cut + 1] if cut >= len(head) * 3 // 4 else head
+
+
+def _from_line_start(tail: str) -> str:
+    """The tail started after its first line break when one is near its start."""
+    cut = tail.find("\n")
+    return tail[cut + 1 :] if 0 <= cut <= len(tail) // 4 else tail

@@ -1,10 +1,13 @@
-"""The demo: import a shipped agent transcript into a fresh store, then show its log, the sessions,
-a refused bad append, and the hash-chain check. Each step runs the real `turnlog` command."""
+"""The demo: records the coding-agent session shipped in scripts/data into a fresh store, then shows
+what turnlog does with it — the context under a small budget with its manifest, the artifact index,
+the todos, a compaction, a replay of the model calls, the token audit, a fork, and verify. Each step
+runs the real `turnlog` command and prints it first."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,45 +33,93 @@ def main() -> None:
     keep = "--keep" in sys.argv
     folder = tempfile.mkdtemp(prefix="turnlog-demo-")
     os.environ["TURNLOG_DB"] = str(Path(folder) / "demo.db")
-    transcript = str(ROOT / "scripts" / "data" / "openai_chat.json")
+    session_file = str(ROOT / "scripts" / "data" / "coding_session.jsonl")
     print(f"turnlog demo: a fresh store at {os.environ['TURNLOG_DB']}")
+    print("A coding agent fixed a rounding bug in three runs; its last tool call never got a result.")
     step("Create the store", "init")
-    step("Import an OpenAI chat-completions transcript", "import", transcript, "--format", "openai")
-    step("Import it again: nothing is written twice", "import", transcript, "--format", "openai")
-    step("The session's events, with token counts", "log", "chat-1")
     step(
-        "Append a user message, with optimistic concurrency",
-        "append",
-        "chat-1",
-        "--expected-version",
-        "11",
-        stdin='{"type": "message_appended", "role": "user", "content": "Thanks! Now add a test."}',
+        "Record the session: 38 events, appended atomically", "append", "fix-rounding", "--file", session_file
+    )
+    step("The log, with token counts stored at append time", "log", "fix-rounding", "--to-version", "12")
+    step(
+        "The context for the next model call under a 1,500-token budget, with its manifest:\n"
+        "system prompt and pinned request kept, pairs whole, outputs capped by tokens,\n"
+        "the interrupted call given a marked result",
+        "context",
+        "fix-rounding",
+        "--budget",
+        "1500",
+        "--max-tool-tokens",
+        "120",
+        "--format",
+        "text",
+        "--manifest",
+        "--record",
+    )
+    step("The artifact index the agent reads instead of every file", "index", "fix-rounding")
+    step("The todo list, as the model is shown it", "todos", "fix-rounding")
+    step(
+        "Compact for a 1,200-token budget: a summary event replaces the oldest span in contexts\n"
+        "built from now on; nothing is deleted (it waits for open runs unless told otherwise)",
+        "compact",
+        "fix-rounding",
+        "--budget",
+        "1200",
+        "--max-tool-tokens",
+        "200",
+        "--keep-last",
+        "6",
+        "--during-run",
+    )
+    step("The summary tree", "summaries", "fix-rounding")
+    step(
+        "Replay every model call: what it was sent and what changed since the call before",
+        "replay",
+        "fix-rounding",
+        "--budget",
+        "3000",
+        "--max-tool-tokens",
+        "200",
+        "--at",
+        "38",
+    )
+    step("Where the tokens went, and what they cost", "audit", "fix-rounding", "--by", "run")
+    step(
+        "Fork the session before the fix, to try another way",
+        "fork",
+        "fix-rounding",
+        "--at",
+        "16",
+        "--into",
+        "retry",
     )
     step(
-        "A stale writer is refused, and the store is unchanged",
-        "append",
-        "chat-1",
-        "--expected-version",
-        "11",
-        stdin='{"type": "message_appended", "role": "user", "content": "late"}',
+        "The fork sees the shared history as it was at version 16",
+        "todos",
+        "retry",
     )
     step(
-        "Malformed events are refused with the field named",
-        "append",
-        "chat-1",
-        stdin='{"type": "message_appended", "role": "robot", "content": "x"}',
+        "Import an OpenAI chat-completions transcript too",
+        "import",
+        str(ROOT / "scripts" / "data" / "openai_chat.json"),
+        "--format",
+        "openai",
     )
     step("Sessions", "sessions")
-    step("Check the hash chain and the file", "verify")
+    step("Check the hash chain, the blobs, and every projection against a fresh rebuild", "verify")
     print(
-        "\nNext: `turnlog --help`, or import your own transcript with `turnlog import FILE --format openai`."
+        "\nWhat to try next:\n"
+        "  .venv/bin/turnlog --help                        every command\n"
+        "  .venv/bin/turnlog import FILE --format openai   your own transcript (or pydantic-ai, jsonl)\n"
+        "  .venv/bin/turnlog context SESSION --budget 8000 --format anthropic\n"
+        "  .venv/bin/turnlog tool schema --format openai   give your agent access to its own log\n"
+        "  .venv/bin/python scripts/example_agent.py      record an agent loop from Python\n"
+        "  scripts/demo --keep                             keep this demo's store to explore it"
     )
     if keep:
-        print(f"The demo store is kept at {os.environ['TURNLOG_DB']}.")
+        print(f"\nThe demo store is kept at {os.environ['TURNLOG_DB']} (export TURNLOG_DB to use it).")
     else:
-        for name in os.listdir(folder):
-            os.remove(os.path.join(folder, name))
-        os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,11 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
         {"position": r.position, "version": r.version, "event_id": r.event_id, "type": r.type}
         for r in records
     ]
+    if len(data) > 10 and not as_json:
+        first, last = records[0], records[-1]
+        emit(data, as_json=False, text=f"appended {len(records)} events to {session}: versions "
+             f"{first.version}–{last.version}, positions {first.position}–{last.position}")  # fmt: skip
+        return
     emit(data, as_json=as_json, columns=["position", "version", "type", "event_id"])
 
 
