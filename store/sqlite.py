@@ -618,6 +618,8 @@ class SQLiteStore(EventStore):
         return int(row[0]) if row else 0
 
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
+        if limit < 0:
+            raise InvalidEventError(f"read_tail: limit must be 0 or more, not {limit}")
         self.catch_up_tokens()
         rows: list[RecordedEvent] = []
         with self.reading() as conn:
@@ -637,6 +639,8 @@ class SQLiteStore(EventStore):
     ) -> Iterator[RecordedEvent]:
         type_filter = ""
         params_tail: tuple[Any, ...] = ()
+        if types is not None and not types:
+            return  # no types asked for: nothing matches
         if types:
             type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
             params_tail = tuple(types)

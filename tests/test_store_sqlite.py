@@ -18,6 +18,8 @@ from store import (
     ArtifactWritten,
     CorruptStoreError,
     EventStore,
+    InvalidEventError,
+    MessageAppended,
     SessionStarted,
     SQLiteStore,
     StoreClosedError,
@@ -552,3 +554,11 @@ def test_example_session_in_a_file(file_store: SQLiteStore) -> None:
     records = file_store.append("s", example_events())
     assert [r.position for r in records] == list(range(1, len(records) + 1))
     assert file_store.verify().ok
+
+
+def test_edge_arguments_of_readers(file_store: SQLiteStore) -> None:
+    file_store.append("s", [MessageAppended(role="user", content="hi")])
+    assert list(file_store.iter_after(0, types=[])) == []
+    assert file_store.read_tail("s", 0) == []
+    with pytest.raises(InvalidEventError, match="limit must be 0 or more"):
+        file_store.read_tail("s", -1)
