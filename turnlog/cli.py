@@ -33,7 +33,7 @@ from store import (
 from turnlog.actions import fork_session, pin_message, unpin_message, write_todos
 from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
-from turnlog.output import describe, emit, json_option, short, table
+from turnlog.output import at_option, describe, emit, json_option, max_tool_tokens_option, short, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -214,7 +214,7 @@ def log(
 
 
 @cli.command()
-@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@at_option()
 @json_option
 @pass_ctx
 def sessions(ctx: _Context, at: int | None, as_json: bool) -> None:
@@ -338,13 +338,7 @@ class _ProgressBar:
 @cli.command()
 @click.argument("session")
 @click.option("--budget", type=click.IntRange(min=1), required=True, help="Prompt tokens, all included.")
-@click.option(
-    "--max-tool-tokens",
-    type=click.IntRange(min=MIN_CAP),
-    default=1000,
-    show_default=True,
-    help="Inline cap per tool output (the rest stays fetchable as an artifact).",
-)
+@max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).")
 @click.option(
     "--max-message-tokens",
     type=click.IntRange(min=MIN_CAP),
@@ -360,7 +354,7 @@ class _ProgressBar:
     show_default=True,
     help="Output format.",
 )
-@click.option("--at", type=click.IntRange(min=1), help="Build it as of this log position (replay).")
+@at_option("Build it as of this log position (replay).")
 @click.option("--cap-open-run", is_flag=True, help="Cap tool outputs of the open run too.")
 @click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
 @click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
@@ -430,7 +424,7 @@ def _manifest_table(manifest: dict[str, Any]) -> str:
 
 @cli.command()
 @click.argument("session")
-@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@at_option()
 @json_option
 @pass_ctx
 def artifacts(ctx: _Context, session: str, at: int | None, as_json: bool) -> None:
@@ -484,7 +478,7 @@ def artifact(
 
 @cli.command()
 @click.argument("session")
-@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@at_option()
 @click.option("--max-chars", type=click.IntRange(min=200), default=32768, show_default=True)
 @json_option
 @pass_ctx
@@ -502,7 +496,7 @@ def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: 
 
 @cli.command()
 @click.argument("session")
-@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@at_option()
 @click.option("--history", is_flag=True, help="Every version of the list, oldest first.")
 @click.option(
     "--write",

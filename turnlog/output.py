@@ -21,6 +21,20 @@ def json_option(command: F) -> F:
     )
 
 
+def at_option(help: str = "As of this log position.") -> Callable[[F], F]:
+    """The shared ``--at POSITION`` option (replay: everything as it was at that point of the log)."""
+    return click.option("--at", type=click.IntRange(min=1), help=help)
+
+
+def max_tool_tokens_option(help: str) -> Callable[[F], F]:
+    """The shared ``--max-tool-tokens`` option of commands that build contexts."""
+    from projections.capping import MIN_CAP
+
+    return click.option(
+        "--max-tool-tokens", type=click.IntRange(min=MIN_CAP), default=1000, show_default=True, help=help
+    )
+
+
 def emit(
     data: Any,
     *,

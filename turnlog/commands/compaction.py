@@ -7,12 +7,11 @@ from typing import Any
 
 import click
 
-from projections.capping import MIN_CAP
 from projections.context import ContextPolicy
 from projections.summaries import list_summaries
 from turnlog.cli import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
-from turnlog.output import emit, json_option, table
+from turnlog.output import at_option, emit, json_option, max_tool_tokens_option, table
 from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
 
@@ -43,13 +42,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
     show_default=True,
     help="Target size of each summary.",
 )
-@click.option(
-    "--max-tool-tokens",
-    type=click.IntRange(min=MIN_CAP),
-    default=1000,
-    show_default=True,
-    help="Tool output cap of the contexts to fit (as for `turnlog context`).",
-)
+@max_tool_tokens_option("Tool output cap of the contexts to fit (as for `turnlog context`).")
 @click.option("--model", help="openai: the model.")
 @click.option("--base-url", default="https://api.openai.com/v1", show_default=True, help="openai: endpoint.")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="openai: key variable.")
@@ -149,7 +142,7 @@ def compact_(
 
 @cli.command("summaries")
 @click.argument("session")
-@click.option("--at", type=click.IntRange(min=1), help="As of this log position.")
+@at_option()
 @json_option
 @pass_ctx
 def summaries_(ctx: _Context, session: str, at: int | None, as_json: bool) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from projections.capping import MIN_CAP
 from projections.context import ContextPolicy
 from projections.formats import render
 from projections.replay import replay as replay_calls
 from turnlog.cli import _Context, _manifest_table, cli, pass_ctx
-from turnlog.output import emit, json_option, table
+from turnlog.output import at_option, emit, json_option, max_tool_tokens_option, table
 
 
 @cli.command()
@@ -21,14 +20,8 @@ from turnlog.output import emit, json_option, table
     show_default=True,
     help="Policy for calls without a recorded manifest: the budget.",
 )
-@click.option(
-    "--max-tool-tokens",
-    type=click.IntRange(min=MIN_CAP),
-    default=1000,
-    show_default=True,
-    help="Policy for calls without a recorded manifest: the tool output cap.",
-)
-@click.option("--at", type=click.IntRange(min=1), help="Only the calls made up to this log position.")
+@max_tool_tokens_option("Policy for calls without a recorded manifest: the tool output cap.")
+@at_option("Only the calls made up to this log position.")
 @click.option("--call", "show_call", type=click.IntRange(min=1), help="Print the context of call N in full.")
 @json_option
 @pass_ctx
