@@ -154,6 +154,21 @@ def grep_output(seed: int) -> str:
     return "\n".join(out)
 
 
+TASKS = (
+    "Reproduce the wrong totals with the test suite",
+    "Find where amounts are rounded",
+    "Fix the rounding per currency and add a regression test",
+)
+
+
+def todo_list(*statuses: str) -> list[dict[str, str]]:
+    """The agent's three tasks with these statuses."""
+    return [
+        {"id": str(i), "content": task, "status": status}
+        for i, (task, status) in enumerate(zip(TASKS, statuses, strict=True), 1)
+    ]
+
+
 def main() -> None:
     events: list[dict[str, Any]] = []
 
@@ -208,18 +223,7 @@ def main() -> None:
             "Find out why and fix it. Don't change the public API of invoice.money."
         ),
     )
-    add(
-        "todos_updated",
-        todos=[
-            {"id": "1", "content": "Reproduce the wrong totals with the test suite", "status": "in_progress"},
-            {"id": "2", "content": "Find where amounts are rounded", "status": "pending"},
-            {
-                "id": "3",
-                "content": "Fix the rounding per currency and add a regression test",
-                "status": "pending",
-            },
-        ],
-    )
+    add("todos_updated", todos=todo_list("in_progress", "pending", "pending"))
     call("run-1", "Let me run the test suite first.", [("call_01", "run_tests", {"path": "tests"})])
     usage("run-1", 1480, 42)
     add(
@@ -240,18 +244,7 @@ def main() -> None:
     usage("run-1", 2950, 61, cached=1408)
     add("tool_returned", tool_call_id="call_02", tool_name="grep", content=grep_output(2))
     add("tool_returned", tool_call_id="call_03", tool_name="read_file", content=MONEY_PY)
-    add(
-        "todos_updated",
-        todos=[
-            {"id": "1", "content": "Reproduce the wrong totals with the test suite", "status": "completed"},
-            {"id": "2", "content": "Find where amounts are rounded", "status": "completed"},
-            {
-                "id": "3",
-                "content": "Fix the rounding per currency and add a regression test",
-                "status": "pending",
-            },
-        ],
-    )
+    add("todos_updated", todos=todo_list("completed", "completed", "pending"))
     add(
         "message_appended",
         role="assistant",
@@ -269,18 +262,7 @@ def main() -> None:
     # Run 2: fix and test.
     add("run_started", run_id="run-2")
     add("message_appended", role="user", content="Yes, fix it and add a regression test.")
-    add(
-        "todos_updated",
-        todos=[
-            {"id": "1", "content": "Reproduce the wrong totals with the test suite", "status": "completed"},
-            {"id": "2", "content": "Find where amounts are rounded", "status": "completed"},
-            {
-                "id": "3",
-                "content": "Fix the rounding per currency and add a regression test",
-                "status": "in_progress",
-            },
-        ],
-    )
+    add("todos_updated", todos=todo_list("completed", "completed", "in_progress"))
     call(
         "run-2",
         "",
@@ -319,18 +301,7 @@ def main() -> None:
     call("run-2", "Running the tests again.", [("call_06", "run_tests", {"path": "tests"})])
     usage("run-2", 25390, 25, cached=24320)
     add("tool_returned", tool_call_id="call_06", tool_name="run_tests", content=pytest_output(0, 3))
-    add(
-        "todos_updated",
-        todos=[
-            {"id": "1", "content": "Reproduce the wrong totals with the test suite", "status": "completed"},
-            {"id": "2", "content": "Find where amounts are rounded", "status": "completed"},
-            {
-                "id": "3",
-                "content": "Fix the rounding per currency and add a regression test",
-                "status": "completed",
-            },
-        ],
-    )
+    add("todos_updated", todos=todo_list("completed", "completed", "completed"))
     add(
         "message_appended",
         role="assistant",
