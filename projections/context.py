@@ -106,8 +106,9 @@ class BuiltContext:
     omitted_tokens: int
     rendered: Any = field(default=None)
 
-    @property
+    @functools.cached_property
     def entries(self) -> tuple[ManifestEntry, ...]:
+        """One manifest entry per message, in order (computed once)."""
         return tuple(
             ManifestEntry(
                 event_ids=m.event_ids,
