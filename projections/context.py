@@ -271,12 +271,12 @@ class _Builder:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _rows(self, where: str, params: Sequence[Any]) -> list[_Row]:
+    def _rows(self, where: str, params: Sequence[Any], *, hint: str = "") -> list[_Row]:
         with self.store.reading() as conn:
             return [
                 _Row(v, p, r, bool(f), bool(n), c, cv, t)
                 for v, p, r, f, n, c, cv, t in conn.execute(
-                    f"SELECT {_ROW_COLUMNS} FROM ctx_messages WHERE session_id = ? {where}",
+                    f"SELECT {_ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}",
                     (self.sid, *params),
                 )
             ]
@@ -293,7 +293,11 @@ class _Builder:
         versions = {
             r.version
             for r in self._rows(
-                "AND version <= ? AND (role = 'system' OR first_user = 1)", (self.head_version,)
+                # INDEXED BY: SQLite does not choose a partial index for an OR on its own, and the
+                # primary key would read every row of the session.
+                "AND version <= ? AND (role = 'system' OR first_user = 1)",
+                (self.head_version,),
+                hint="INDEXED BY ctx_messages_retained",
             )
         }
         with self.store.reading() as conn:
@@ -688,10 +692,14 @@ class _Builder:
             found = [
                 _Summary(*row)
                 for row in conn.execute(
-                    "SELECT version, event_id, first_version, last_version, level, tokens "
-                    "FROM ctx_summaries WHERE session_id = ? AND position <= ? "
-                    "AND (superseded_at IS NULL OR superseded_at > ?)",
-                    (self.sid, self.at, self.at),
+                    # Two index ranges rather than an OR, which would read every summary ever written.
+                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+                    "INDEXED BY ctx_summaries_active "
+                    "WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
+                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+                    "INDEXED BY ctx_summaries_active "
+                    "WHERE session_id = ? AND superseded_at > ? AND position <= ?",
+                    (self.sid, self.at, self.sid, self.at, self.at),
                 )
             ]
         chosen: list[_Summary] = []

@@ -119,7 +119,8 @@ class ContextIndex(Projection):
                     (session_id,),
                 ).fetchone()
                 first = conn.execute(
-                    "SELECT 1 FROM ctx_messages WHERE session_id = ? AND first_user = 1",
+                    "SELECT 1 FROM ctx_messages INDEXED BY ctx_messages_retained WHERE session_id = ? "
+                    "AND (role = 'system' OR first_user = 1) AND first_user = 1",
                     (session_id,),
                 ).fetchone()
                 found = _SessionState(row[0] if row else 0, row[1] if row else 0, first is not None)
