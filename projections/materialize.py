@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
-from store.sqlite import counted_through, position_of, records_between
+from store.sqlite import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
@@ -97,14 +97,23 @@ class Materializer:
         for all projections; return the last position applied. Token counts are caught up first,
         since projections use them."""
         self._prepare()
-        self.store.catch_up_tokens()
-        with self.store.reading() as conn:
-            limit = counted_through(conn) if through is None else min(counted_through(conn), through)
-            checkpoints = [_checkpoint(conn, p) for p in self.projections]
-        if checkpoints and min(checkpoints) >= limit:
-            return min(checkpoints)  # up to date: no write lock taken
+        # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
+        # the counts in the same transaction as the projections (one commit, one fsync, per turn).
+        pending = self.store.count_pending(limit=BATCH)
+        if pending is not None and len(pending[0]) >= BATCH:
+            self.store.catch_up_tokens()  # a large backlog: in its own batches first
+            pending = None
+        if pending is None:
+            with self.store.reading() as conn:
+                limit = counted_through(conn) if through is None else min(counted_through(conn), through)
+                checkpoints = [_checkpoint(conn, p) for p in self.projections]
+            if checkpoints and min(checkpoints) >= limit:
+                return min(checkpoints)  # up to date: no write lock taken
         while True:
             with self.store.atomic() as conn:
+                if pending is not None:
+                    write_token_counts(conn, *pending)
+                    pending = None
                 # Re-read inside the write lock: another process may have advanced them meanwhile.
                 starts = {p.name: _checkpoint(conn, p) for p in self.projections}
                 limit = counted_through(conn)

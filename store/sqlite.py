@@ -531,36 +531,41 @@ class SQLiteStore(EventStore):
             ).fetchone()
             return int(row[0])
 
+    def count_pending(self, limit: int = 2000) -> tuple[list[tuple[int, int]], int] | None:
+        """Count the tokens of up to ``limit`` events stored without a count, outside any
+        transaction. Returns (``[(tokens, position), ...]``, the position every event up to which is
+        then counted), for :func:`write_token_counts`; None when nothing waits."""
+        with self.reading() as conn:
+            start = counted_through(conn)
+            head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+            if start >= head:
+                return None
+            pending = self._read(
+                conn,
+                "WHERE e.position > ? AND e.position <= ? AND e.tokens IS NULL ORDER BY e.position LIMIT ?",
+                (start, head, limit),
+            )
+        # Counted outside any transaction, so writers are never kept waiting by tiktoken.
+        counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
+        return counts, (pending[-1].position if len(pending) == limit else head)
+
     def catch_up_tokens(self) -> int:
         # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
         # keep a reader here; what it adds meanwhile is counted by the next read.
         counted = 0
         target: int | None = None
         while True:
-            with self.reading() as conn:
-                start = counted_through(conn)
-                if target is None:
-                    target = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
-                if start >= target:
-                    return counted
-                pending = self._read(
-                    conn,
-                    "WHERE e.position > ? AND e.position <= ? AND e.tokens IS NULL "
-                    "ORDER BY e.position LIMIT 2000",
-                    (start, target),
-                )
-            # Count outside any transaction, so writers are never kept waiting by tiktoken.
-            counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
-            through = pending[-1].position if len(pending) == 2000 else target
+            pending = self.count_pending()
+            if pending is None:
+                return counted
+            counts, through = pending
+            if target is None:
+                target = through if len(counts) < 2000 else self.head_position()
             with self.atomic() as conn:
-                conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
-                conn.execute(
-                    "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
-                    "WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
-                    (str(through),),
-                )
+                write_token_counts(conn, counts, through)
             counted += len(counts)
+            if through >= target:
+                return counted
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -981,6 +986,18 @@ def position_of(conn: sqlite3.Connection, session_id: str, version: int) -> int 
             ).fetchone()
             return int(row[0]) if row else None
     return None
+
+
+def write_token_counts(conn: sqlite3.Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
+    """Store counts made by :meth:`SQLiteStore.count_pending`, inside the caller's transaction (a
+    count another process wrote meanwhile is kept, and the watermark only moves forward)."""
+    conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
+    conn.execute(
+        "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+        "WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+        (str(through),),
+    )
 
 
 def counted_through(conn: sqlite3.Connection) -> int:
