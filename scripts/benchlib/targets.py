@@ -464,7 +464,7 @@ def render_report(bench: Bench, command: str) -> str:
         f"{res.get('elapsed', 0) / 60:.1f} minutes)"
     )
     emit("")
-    emit(R.table(["machine", ""], R.machine(str(bench.dir))))
+    emit(R.table(["machine", ""], [("turnlog commit", _commit()), *R.machine(str(bench.dir))]))
     emit("")
     emit(R.table(["package", "version"], R.versions(PACKAGES)))
     emit("")
@@ -527,6 +527,32 @@ def render_report(bench: Bench, command: str) -> str:
             emit("")
             emit(_limits(bench, key))
     return "\n".join(lines)
+
+
+def _commit() -> str:
+    """The commit measured: $BENCH_COMMIT when the run is from an exported snapshot, else git's."""
+    import subprocess
+    from pathlib import Path
+
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    root = Path(__file__).resolve().parent.parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "store", "projections", "turnlog"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" with uncommitted changes to the library" if dirty else "")
 
 
 def math_ceil(a: int, b: int) -> int:
