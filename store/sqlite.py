@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import sqlite_utils
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from store.base import (
     ANY,
@@ -78,7 +79,7 @@ MAX_CONTENT_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 100_000
 """The most events one append may carry."""
 
-_COMPRESS_FROM = 512
+_COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: zlib cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
 
 TokenCounting = Literal["deferred", "inline"]
@@ -348,8 +349,20 @@ class SQLiteStore(EventStore):
         where = f"event {index}"
         if not hasattr(event, "event_id") or not hasattr(event, "type"):
             event = parse_event(event, where=where)
+        # Lone surrogates: the serializer refuses them in string values, but silently replaces them
+        # in dict keys, so only JSON-valued fields are walked up front; the full walk, for its
+        # precise message, runs only when encoding fails.
         for name, value in event:
-            _check_unicode(value, f"{where} ({event.type}): {name}")
+            if isinstance(value, dict):
+                _check_unicode(value, f"{where} ({event.type}): {name}")
+        try:
+            return self._prepare_checked(event, where)
+        except (UnicodeEncodeError, PydanticSerializationError):
+            for name, value in event:
+                _check_unicode(value, f"{where} ({event.type}): {name}")
+            raise
+
+    def _prepare_checked(self, event: Any, where: str) -> _Prepared:
         content: str | None = None
         blob: tuple[str, int, str, bytes] | None = None
         updates: dict[str, Any] = {}
