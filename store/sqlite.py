@@ -280,11 +280,12 @@ class SQLiteStore(EventStore):
                     raise VersionConflictError(session_id, expected_version, head)
             elif expected_version is not ANY and expected_version != head:
                 raise VersionConflictError(session_id, expected_version, head)
-            if head == 0:
+            new_session = head == 0
+            if new_session:
                 # A fork's own events continue its parent's versions: the shared prefix keeps the
                 # numbers it has in the parent, and nothing is copied.
                 head = self._fork_base(conn, session_id, prepared[0].event)
-            self._check_semantics(conn, session_id, head, prepared)
+            self._check_semantics(conn, session_id, head, prepared, new_session=new_session)
             if position is None:
                 position, prev_hash = 0, GENESIS_HASH
             recorded_at = _now()
@@ -496,17 +497,19 @@ class SQLiteStore(EventStore):
             return _lineage(conn, session_id, self._lineages)
 
     def _check_semantics(
-        self, conn: sqlite3.Connection, session_id: str, head: int, prepared: list[_Prepared]
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        head: int,
+        prepared: list[_Prepared],
+        *,
+        new_session: bool,
     ) -> None:
         batch_messages = set()
         for offset, item in enumerate(prepared, 1):
             event = item.event
             version = head + offset
-            if (
-                isinstance(event, SessionStarted)
-                and offset + head != 1
-                and not (offset == 1 and event.parent)
-            ):
+            if isinstance(event, SessionStarted) and not (new_session and offset == 1):
                 raise InvalidEventError(
                     f"session_started must be a session's first event; session {session_id!r} "
                     f"already has {version - 1}"

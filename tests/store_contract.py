@@ -1033,6 +1033,14 @@ class StoreContract:
         assert store.find_event("f", fork[0].event_id).session_id == "p"
         assert store.verify().ok
 
+    def test_a_fork_start_cannot_be_appended_to_an_existing_session(self, store: EventStore) -> None:
+        store.append("p", [msg("one")])
+        store.append("s", [msg("a"), msg("b")])
+        before = store.head_position()
+        with pytest.raises(InvalidEventError, match="first event"):
+            store.append("s", [SessionStarted(parent=ForkPoint(session_id="p", version=1))])
+        assert store.head_position() == before
+
     def test_a_fork_of_a_fork(self, store: EventStore) -> None:
         store.append("a", [msg("a1"), msg("a2"), msg("a3")])
         store.append("b", [SessionStarted(parent=ForkPoint(session_id="a", version=2)), msg("b4")])
