@@ -33,7 +33,16 @@ from store import (
 from turnlog.actions import fork_session, pin_message, unpin_message, write_todos
 from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
-from turnlog.output import at_option, describe, emit, json_option, max_tool_tokens_option, short, table
+from turnlog.output import (
+    at_option,
+    describe,
+    emit,
+    input_file_option,
+    json_option,
+    max_tool_tokens_option,
+    short,
+    table,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,13 +145,7 @@ def _expected(value: str | None) -> Expected:
     metavar="N|any|new",
     help="Append only if the session's head version is N ('new': the session must not exist).",
 )
-@click.option(
-    "--file",
-    "source",
-    type=click.File("r", encoding="utf-8"),
-    default="-",
-    help="Read events from this file instead of standard input.",
-)
+@input_file_option("events")
 @json_option
 @pass_ctx
 def append(ctx: _Context, session: str, expected_version: str | None, source: Any, as_json: bool) -> None:

@@ -35,6 +35,17 @@ def max_tool_tokens_option(help: str) -> Callable[[F], F]:
     )
 
 
+def input_file_option(what: str) -> Callable[[F], F]:
+    """The shared ``--file`` option of commands that read their input from standard input."""
+    return click.option(
+        "--file",
+        "source",
+        type=click.File("r", encoding="utf-8"),
+        default="-",
+        help=f"Read {what} from this file instead of standard input.",
+    )
+
+
 def emit(
     data: Any,
     *,

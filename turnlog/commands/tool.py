@@ -11,7 +11,7 @@ import click
 
 from store import load_tokenizer
 from turnlog.cli import _Context, cli, pass_ctx
-from turnlog.output import emit, json_option
+from turnlog.output import emit, input_file_option, json_option
 from turnlog.tool import (
     DEFAULT_MAX_TOKENS,
     METHODS,
@@ -51,13 +51,7 @@ def tool() -> None:
     "--tool-call-id",
     help="The call is already in the log under this id: append only its result (and what it writes).",
 )
-@click.option(
-    "--file",
-    "source",
-    type=click.File("r", encoding="utf-8"),
-    default="-",
-    help="Read the envelope from this file instead of standard input.",
-)
+@input_file_option("the envelope")
 @json_option
 @pass_ctx
 def call_(
