@@ -4,11 +4,11 @@ a hash chain over every event, content-addressed blobs, and token counts stored 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import difflib
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
+import zstandard
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
@@ -79,7 +80,7 @@ MAX_CONTENT_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 100_000
 """The most events one append may carry."""
 
-_COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: zlib cost more CPU than the bytes were worth
+_COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
 
 TokenCounting = Literal["deferred", "inline"]
@@ -90,6 +91,13 @@ _EVENT_COLUMNS = (
     "e.blob_id, e.tokens, e.recorded_at, e.prev_hash, e.hash, b.codec, b.data"
 )
 _EVENT_SELECT = f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id"
+
+_ENVELOPE = frozenset({"type", "schema_version", "event_id"})
+_ENVELOPE_AND_CONTENT = _ENVELOPE | {"content"}
+
+# A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no lone
+# surrogates (UTF-8 cannot hold them).
+_SESSION_ID = re.compile("[^\\s\ud800-\udfff]{1,200}")
 
 
 class _Prepared:
@@ -213,19 +221,10 @@ class SQLiteStore(EventStore):
 
     # --- the one transaction helper ------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): committed when the block ends, rolled back if
         it raises. sqlite3 errors inside are translated to StoreError."""
-        with self._lock, _translate(self.path):
-            conn = self.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        return _Transaction(self)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -353,8 +352,8 @@ class SQLiteStore(EventStore):
         # Lone surrogates: the serializer refuses them in string values, but silently replaces them
         # in dict keys, so only JSON-valued fields are walked up front; the full walk, for its
         # precise message, runs only when encoding fails.
-        for name, value in event:
-            if isinstance(value, dict):
+        for name, value in event.__dict__.items():
+            if value.__class__ is dict:
                 _check_unicode(value, f"{where} ({event.type}): {name}")
         try:
             return self._prepare_checked(event, where)
@@ -415,10 +414,9 @@ class SQLiteStore(EventStore):
             )
         if updates:
             event = event.model_copy(update=updates)
-        exclude = {"type", "schema_version", "event_id"}
-        if content is not None:
-            exclude.add("content")
-        payload = event.model_dump_json(exclude=exclude, exclude_none=True)
+        payload = event.model_dump_json(
+            exclude=_ENVELOPE if content is None else _ENVELOPE_AND_CONTENT, exclude_none=True
+        )
         tokens = self.count_event_tokens(event) if self.token_counting == "inline" else None
         return _Prepared(event, payload, blob, tokens)
 
@@ -761,7 +759,7 @@ class SQLiteStore(EventStore):
             )
         try:
             text = _decode_blob(row[2], row[3]).decode("utf-8")
-        except (zlib.error, UnicodeDecodeError) as exc:
+        except (BlobDecodeError, UnicodeDecodeError) as exc:
             raise CorruptStoreError(
                 f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
             ) from exc
@@ -817,7 +815,7 @@ class SQLiteStore(EventStore):
             for blob_id, size, codec, data in conn.execute("SELECT id, size, codec, data FROM blobs"):
                 try:
                     raw = _decode_blob(codec, data)
-                except zlib.error:
+                except BlobDecodeError:
                     raw = b""
                 if hashlib.sha256(raw).hexdigest() != blob_id or len(raw) != size:
                     where = conn.execute(
@@ -836,26 +834,79 @@ class SQLiteStore(EventStore):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _translate(path: str) -> Iterator[None]:
-    """Driver errors become StoreErrors here, at the boundary; callers never import sqlite3."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
+def _translated(exc: sqlite3.Error, path: str) -> StoreError:
+    """A driver error as the StoreError callers see (they never import sqlite3)."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError):
         if "locked" in text or "busy" in text:
-            raise StoreError(
+            return StoreError(
                 f"{path} is busy: another process held the write lock past the busy timeout; "
                 "retry, or raise busy_timeout"
-            ) from exc
-        raise StoreError(f"{path}: {text}") from exc
-    except sqlite3.IntegrityError as exc:
-        text = str(exc)
-        if "immutable" in text:
-            raise StoreError(text) from exc
-        raise StoreError(f"{path}: integrity error: {text}") from exc
-    except sqlite3.DatabaseError as exc:
-        raise CorruptStoreError(f"{path} is not a turnlog store or is damaged: {exc}") from exc
+            )
+        return StoreError(f"{path}: {text}")
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreError(text if "immutable" in text else f"{path}: integrity error: {text}")
+    if isinstance(exc, sqlite3.DatabaseError):
+        return CorruptStoreError(f"{path} is not a turnlog store or is damaged: {exc}")
+    return StoreError(f"{path}: {text}")
+
+
+class _translate:
+    """Driver errors become StoreErrors here, at the boundary; callers never import sqlite3.
+    (A class, not a generator: it wraps every statement of the hot paths.)"""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise _translated(exc, self.path) from exc
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the store's lock; ROLLBACK when the block raises
+    (or the commit fails); driver errors translated."""
+
+    __slots__ = ("conn", "store")
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self.store
+        store._lock.acquire()
+        try:
+            conn = self.conn = store.conn
+            conn.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            store._lock.release()
+            if isinstance(exc, sqlite3.Error):
+                raise _translated(exc, store.path) from exc
+            raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        conn = self.conn
+        try:
+            if exc is None:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as failed:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise _translated(failed, self.store.path) from failed
+            else:
+                if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _translated(exc, self.store.path) from exc
+        finally:
+            self.store._lock.release()
 
 
 def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
@@ -1060,37 +1111,65 @@ def _hash(
     blob_id: str | None,
     recorded_at: str,
 ) -> str:
-    # Length-prefixed fields: an unambiguous encoding, whatever characters the fields hold.
-    fields = (
-        prev_hash,
-        str(position),
-        session_id,
-        str(version),
-        event_id,
-        event_type,
-        str(schema_version),
-        payload,
-        blob_id or "",
-        recorded_at,
+    # Length-prefixed fields (length in characters): an unambiguous encoding, whatever characters
+    # the fields hold. Written out in one f-string, since it runs once per appended event.
+    pos, ver, sv, blob = str(position), str(version), str(schema_version), blob_id or ""
+    material = (
+        f"{len(prev_hash)}:{prev_hash};{len(pos)}:{pos};{len(session_id)}:{session_id};"
+        f"{len(ver)}:{ver};{len(event_id)}:{event_id};{len(event_type)}:{event_type};"
+        f"{len(sv)}:{sv};{len(payload)}:{payload};{len(blob)}:{blob};{len(recorded_at)}:{recorded_at};"
     )
-    material = "".join(f"{len(field)}:{field};" for field in fields)
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+_codecs = threading.local()  # zstd contexts are not thread-safe: one pair per thread
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    pair: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(_codecs, "zstd", None)
+    if pair is None:
+        pair = _codecs.zstd = (zstandard.ZstdCompressor(level=_COMPRESS_LEVEL), zstandard.ZstdDecompressor())
+    return pair
 
 
 def _encode_blob(data: bytes) -> tuple[str, bytes]:
     if len(data) >= _COMPRESS_FROM:
-        packed = zlib.compress(data, _COMPRESS_LEVEL)
+        packed = _zstd()[0].compress(data)
         if len(packed) < len(data) * 0.9:
-            return "zlib", packed
+            return "zstd", packed
     return "raw", data
 
 
 def _decode_blob(codec: str, data: bytes) -> bytes:
-    return zlib.decompress(data) if codec == "zlib" else bytes(data)
+    """A blob's bytes. Raises BlobDecodeError when they cannot be decompressed."""
+    try:
+        if codec == "zstd":
+            return _zstd()[1].decompress(data)
+        if codec == "zlib":  # written by turnlog before schema 2
+            return zlib.decompress(data)
+    except (zstandard.ZstdError, zlib.error) as exc:
+        raise BlobDecodeError(f"{codec} data cannot be decompressed: {exc}") from exc
+    return bytes(data)
+
+
+class BlobDecodeError(ValueError):
+    """A stored blob's compressed bytes are damaged."""
+
+
+_second: tuple[int, str] = (0, "")
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
+    """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
+    date-and-seconds part formatted once a second (this runs once per append)."""
+    global _second
+    micros = time.time_ns() // 1000
+    seconds, fraction = divmod(micros, 1_000_000)
+    second, text = _second
+    if seconds != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _second = (seconds, text)
+    return f"{text}.{fraction:06d}+00:00"
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
@@ -1119,24 +1198,10 @@ def _check_unicode(value: object, where: str) -> None:
 
 
 def _check_session_id(session_id: str) -> None:
-    if (
-        not isinstance(session_id, str)
-        or not session_id
-        or len(session_id) > 200
-        or any(c.isspace() for c in session_id)
-        or not _is_unicode(session_id)
-    ):
+    if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
         raise InvalidEventError(
             f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace"
         )
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_expected(expected: object) -> None:

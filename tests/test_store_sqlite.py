@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from store import (
     INLINE_LIMIT,
@@ -269,11 +270,11 @@ def test_verify_finds_swapped_payloads(file_store: SQLiteStore) -> None:
 def test_verify_finds_a_tampered_blob(file_store: SQLiteStore) -> None:
     _fill(file_store)
     (blob_id, codec) = file_store.conn.execute("SELECT id, codec FROM blobs").fetchone()
-    assert codec in ("raw", "zlib")
+    assert codec in ("raw", "zstd")
     position = file_store.conn.execute("SELECT position FROM events WHERE blob_id = ?", (blob_id,)).fetchone()
     _drop_triggers(file_store)
     forged_text = ("forged output\n" * 200).encode()
-    forged = zlib.compress(forged_text) if codec == "zlib" else forged_text
+    forged = zstandard.ZstdCompressor().compress(forged_text) if codec == "zstd" else forged_text
     file_store.conn.execute("UPDATE blobs SET data = ? WHERE id = ?", (forged, blob_id))
     report = file_store.verify()
     assert not report.ok
@@ -571,5 +572,35 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
         "s", [ToolReturned(tool_call_id="a", content=small), ToolReturned(tool_call_id="b", content=large)]
     )
     codecs = dict(file_store.conn.execute("SELECT size, codec FROM blobs").fetchall())
-    assert codecs == {len(small): "raw", len(large): "zlib"}
+    assert codecs == {len(small): "raw", len(large): "zstd"}
     assert [r.event.content for r in file_store.read_session("s")] == [small, large]  # type: ignore[union-attr]
+
+
+def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import store.sqlite as sqlite_module
+    from store.schema import MIGRATIONS
+
+    # turnlog as it was at schema 1: zlib for large blobs, and no migration 2.
+    old_codec = ("zlib", lambda data: zlib.compress(data, 1))
+    with monkeypatch.context() as old:
+        old.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
+        old.setattr(sqlite_module, "LATEST_VERSION", 1)
+        old.setattr(sqlite_module, "_encode_blob", lambda data: (old_codec[0], old_codec[1](data)))
+        with SQLiteStore.open(path) as s:
+            large = "a line of a long tool output\n" * 4000
+            s.append("s", [msg("hi"), ToolReturned(tool_call_id="c1", content=large)])
+            assert s.conn.execute("SELECT codec FROM blobs").fetchall() == [("zlib",)]
+    with SQLiteStore.open(path) as s:
+        applied = [row[0] for row in s.conn.execute("SELECT version FROM turnlog_migrations")]
+        assert applied == [1, 2]
+        assert s.read_session("s")[1].event.content == large
+        assert s.verify().ok
+        s.append("s", [ToolReturned(tool_call_id="c2", content=large + "more\n")])
+        codecs = sorted(row[0] for row in s.conn.execute("SELECT codec FROM blobs"))
+        assert codecs == ["zlib", "zstd"]
+        with pytest.raises(StoreError, match="immutable"), s.atomic() as conn:
+            conn.execute("DELETE FROM blobs")
+        assert s.conn.execute("SELECT count(*) FROM blobs").fetchone()[0] == 2
+        assert s.verify().ok
