@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 import textwrap
+import uuid
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -34,7 +36,7 @@ from store import (
     parse_event,
 )
 from store import events as events_module
-from store.events import dump_payload, load_stored
+from store.events import dump_payload, load_stored, new_event_id
 from tests.store_contract import EVENT_STRATEGIES, PIN_TYPES, example_events, identifiers, summaries, texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
@@ -305,3 +307,29 @@ def test_the_store_reads_old_rows_through_the_upcasters(monkeypatch: pytest.Monk
         assert s.read_session("s")[0].event.content == "OLD"
         assert s.get_event(stored.event_id).event.content == "OLD"
         assert s.verify().ok  # upcasting never touches the stored row
+
+
+def test_new_event_ids_are_uuid4_hex_and_unique() -> None:
+    ids = {new_event_id() for _ in range(50_000)}
+    assert len(ids) == 50_000
+    for event_id in list(ids)[:500]:
+        parsed = uuid.UUID(event_id)
+        assert parsed.hex == event_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_repeat_its_parents_event_ids() -> None:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next ids and leave without running pytest's cleanup
+        os.write(write_end, " ".join(new_event_id() for _ in range(3)).encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    child = os.read(read_end, 4096).decode().split()
+    os.close(read_end)
+    parent = [new_event_id() for _ in range(3)]
+    assert len(child) == 3
+    assert not set(child) & set(parent)
