@@ -446,9 +446,10 @@ class Bench:
         cfg = self.cfg
         path = self.fresh("rebuild", "turnlog")
         self.log(f"4. rebuild: generating {cfg.rebuild_events:,} events with batch appends")
-        gen = generate(path, self.workload, cfg.rebuild_events, cfg.rebuild_per_session, self.log)
+        pool = self.session(max(cfg.sizes))
+        gen = generate(path, pool, cfg.rebuild_events, cfg.rebuild_per_session, self.log)
         self.log("  rebuilding in a fresh process")
-        res: dict[str, Any] = {"generated": gen, "short": run_rebuild(path)}
+        res: dict[str, Any] = {"generated": gen, "rebuilt": run_rebuild(path)}
         for f in path.parent.glob("turnlog.db*"):
             f.unlink()
         big = self.stores.get(("turnlog", max(self.cfg.sizes)))

@@ -8,41 +8,54 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from benchlib.peer_turnlog import to_event
-from benchlib.workload import Msg, Workload
+from benchlib.workload import Msg
 from projections.registry import materializer
 from store.sqlite import SQLiteStore
 
-SHORT = 240
-"""Characters kept of each message in the generated store (see ``generate``)."""
 
-
-def _short(msg: Msg) -> Msg:
-    return replace(msg, content=msg.content[:SHORT])
+def sessions_of(messages: Iterable[Msg], per_session: int) -> Iterator[list[Msg]]:
+    """Cut a message stream into sessions of about ``per_session`` messages, each starting at a
+    user message, so no tool call or return is parted from its other half."""
+    current: list[Msg] = []
+    for msg in messages:
+        if msg.kind == "user" and len(current) >= per_session:
+            yield current
+            current = []
+        current.append(msg)
+    if current:
+        yield current
 
 
 def generate(
-    path: Path, workload: Workload, events: int, per_session: int, progress: Any = None
+    path: Path, pool: Sequence[Msg], events: int, per_session: int, progress: Any = None
 ) -> dict[str, Any]:
-    """Write ``events`` events as sessions of ``per_session`` messages, one batch append per
-    session. The workload's mix and tool calls are kept but every text is cut to SHORT characters:
-    counting the tokens of a million full-size messages would take longer than the whole benchmark."""
+    """Write ``events`` full-size events as sessions of about ``per_session`` messages (each opening
+    with the pool's system message), one batch append per session, then count their tokens and
+    catch the projections up. The messages come from ``pool`` (the build section's long session),
+    passed over as often as needed: a tool output met again is stored once (its blob is shared), as
+    when an agent reads a file twice."""
     store = SQLiteStore.open(path)
     started = time.perf_counter()
-    template = [_short(m) for m in itertools.islice(workload.stream(salt=7, call_prefix="r"), per_session)]
     written = 0
-    session = 0
-    while written < events:
-        n = min(per_session, events - written)
-        store.append(f"s{session:05d}", [to_event(m) for m in template[:n]])
-        written += n
-        session += 1
-        if progress and session % 50 == 0:
+    sessions = 0
+    system = [pool[0]] if pool[0].kind == "system" else []
+    stream = itertools.chain.from_iterable(itertools.repeat(pool[len(system) :]))
+    for msgs in sessions_of(stream, per_session):
+        msgs = (system + msgs)[: events - written]
+        if msgs[-1].kind == "call":  # the last session: never leave a call without its return
+            msgs = msgs[:-1]
+        store.append(f"s{sessions:05d}", [to_event(m) for m in msgs])
+        written += len(msgs)
+        sessions += 1
+        if progress and sessions % 50 == 0:
             progress(f"  generated {written:,} of {events:,} events")
+        if written >= events - 1:
+            break
     append_s = time.perf_counter() - started
     started = time.perf_counter()
     store.catch_up_tokens()
@@ -53,7 +66,8 @@ def generate(
     store.close()
     return {
         "events": written,
-        "sessions": session,
+        "sessions": sessions,
+        "per_session": per_session,
         "append_s": append_s,
         "count_s": count_s,
         "catch_up_s": catch_up_s,
