@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -91,13 +92,27 @@ class PriceTable(BaseModel):
     """Model name (or name prefix) -> its prices."""
 
     def price_for(self, model: str) -> ModelPrice | None:
-        """The model's prices: by exact name, else the longest table key that is a prefix of the name
-        (``gpt-4o-2024-08-06`` -> ``gpt-4o``); None when no key matches."""
+        """The model's prices: by exact name, else by the longest table key of which the name is a
+        dated or tagged snapshot (``gpt-4o-2024-08-06``, ``claude-3-5-haiku-20241022``,
+        ``gemini-2.5-pro-preview-06-05``, ``gpt-4o-latest`` -> the key); None when no key matches.
+        Another model that merely starts with a key (``o3-mini``, ``gemini-2.5-flash-lite``) is
+        not priced as that key: an unknown price is shown as such, never a wrong one. A key ending
+        in ``*`` (in a price file of your own) matches every name that starts with the rest."""
         exact = self.models.get(model)
         if exact is not None:
             return exact
-        prefixes = [key for key in self.models if model.startswith(key)]
+        prefixes = [
+            key
+            for key in self.models
+            if (key.endswith("*") and model.startswith(key[:-1]))
+            or (model.startswith(key) and _SNAPSHOT.fullmatch(model[len(key) :]))
+        ]
         return self.models[max(prefixes, key=len)] if prefixes else None
+
+
+# What may follow a model's name in the name of one of its snapshots: a date (2024-08-06, 20241022,
+# 06-05), a build number (001), or a release tag (latest, preview, exp), possibly combined.
+_SNAPSHOT = re.compile(r"(?:[-@](?:\d{4}-\d{2}-\d{2}|\d{8}|\d{2}-\d{2}|\d{3}|latest|preview|exp))+")
 
 
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:

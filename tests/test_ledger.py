@@ -308,6 +308,15 @@ def test_price_lookup_exact_then_longest_prefix() -> None:
     assert prices.price_for("gpt-4.1-nano-2025-04-14") == prices.models["gpt-4.1-nano"]
     assert prices.price_for("claude-3-5-haiku-20241022") == prices.models["claude-3-5-haiku"]
     assert prices.price_for("gpt-4") is None  # a prefix of a key is not a match
+    assert prices.price_for("gpt-4o-latest") == prices.models["gpt-4o"]
+    assert prices.price_for("gemini-2.5-pro-preview-06-05") == prices.models["gemini-2.5-pro"]
+    assert prices.price_for("gemini-2.5-flash-001") == prices.models["gemini-2.5-flash"]
+    # Other models that start with a key's name are not priced as that key.
+    assert prices.price_for("o3-mini") is None
+    assert prices.price_for("o3-pro-2025-06-10") is None
+    assert prices.price_for("gemini-2.5-flash-lite") is None
+    assert prices.price_for("gpt-4o-audio-preview") is None
+    assert prices.price_for("gpt-4.1-mini-2025-04-14") == prices.models["gpt-4.1-mini"]
     assert prices.price_for("llama-3") is None
 
 
@@ -333,7 +342,7 @@ def test_custom_price_file(scenario: SQLiteStore, tmp_path: Path) -> None:
     table = {
         "date": "2030-01",
         "source": "test",
-        "models": {"mystery": {"input": 4.0, "output": 20.0, "cache_read": 1.0, "cache_write": 5.0}},
+        "models": {"mystery*": {"input": 4.0, "output": 20.0, "cache_read": 1.0, "cache_write": 5.0}},
     }
     path.write_text(json.dumps(table))
     prices = load_prices(path)
