@@ -421,7 +421,7 @@ def render_report(bench: Bench, command: str) -> str:
                 if name.startswith(("events", "sqlite_autoindex_events")):
                     groups["events table and its indexes"] += b
                 elif name.startswith(("blobs", "sqlite_autoindex_blobs")):
-                    groups["content blobs (tool outputs over 1 KiB, zlib)"] += b
+                    groups["content blobs (tool outputs over 1 KiB; zstd from 32 KiB)"] += b
                 elif name.startswith("ctx_"):
                     groups["context index projection"] += b
                 else:
@@ -469,6 +469,18 @@ def render_report(bench: Bench, command: str) -> str:
     emit("")
     emit(R.table(["package", "version"], R.versions(PACKAGES)))
     emit("")
+    glance = _at_a_glance(bench)
+    if glance:
+        emit("## All stores in one table")
+        emit("")
+        emit(
+            "Each figure of the sections below, by store; for every store but turnlog the parenthesis "
+            "is turnlog ÷ store (rates: above 1 means turnlog is faster; times and sizes: below 1 means "
+            "turnlog is faster or smaller). — : not measured or not applicable (see the sections)."
+        )
+        emit("")
+        emit(glance)
+        emit("")
     emit("## Targets (issue #4)")
     emit("")
     emit(
@@ -528,6 +540,88 @@ def render_report(bench: Bench, command: str) -> str:
             emit("")
             emit(_limits(bench, key))
     return "\n".join(lines)
+
+
+_QUALITY_OF = {
+    "turnlog": "turnlog",
+    "langchain": "langchain",
+    "langgraph": "langchain",
+    "eventsourcing": "tail",
+    "openai-agents": "tail",
+    "sqlite": "tail",
+    "sqlite-tiktoken": "tail",
+}
+
+
+def _at_a_glance(bench: Bench) -> str:
+    """One table: a row per figure, a column per store, each peer's cell with turnlog ÷ store."""
+    res, cfg = bench.results, bench.cfg
+    stores = [n for n in ("turnlog", *FLOORS, *PEERS) if n in bench.names]
+    rows: list[list[str]] = []
+
+    def add(what: str, value: Any, kind: str, show: Any) -> None:
+        """``value(store)``: the figure or None; ``show``: how to print it; ``kind``: rate, time,
+        size, or "" for figures that are not compared by a ratio."""
+        mine = value("turnlog")
+        cells = []
+        for n in stores:
+            v = value(n)
+            if v is None:
+                cells.append("—")
+            elif n == "turnlog" or not kind or mine is None or not v:
+                cells.append(show(v))
+            else:
+                cells.append(f"{show(v)} ({mine / v:.3g})")
+        if any(c != "—" for c in cells):
+            rows.append([what, *cells])
+
+    def get(section: str, *keys: Any) -> Any:
+        def value(n: str) -> Any:
+            found: Any = res.get(section, {}).get(n)
+            for key in keys:
+                found = found.get(key) if isinstance(found, dict) else None
+            return found
+
+        return value
+
+    add("durable append, one message per transaction", get("append", "rate"), "rate", R.rate)
+    add(f"batch append, {cfg.batch_size:,} per transaction", get("batch", "rate"), "rate", R.rate)
+    add(f"load a {cfg.batch_total:,}-message session", get("load", "median"), "time", R.seconds)
+    for size in cfg.sizes:
+        add(
+            f"context build at {size:,} messages (warm median)",
+            get("build", size, "warm_median"),
+            "time",
+            R.seconds,
+        )
+    for size in cfg.sizes:
+        add(
+            f"context build after a turn at {size:,} messages (median)",
+            get("build", size, "after_median"),
+            "time",
+            R.seconds,
+        )
+    quality = res.get("quality", {})
+
+    def strategy(key: str) -> Any:
+        return lambda n: quality.get(_QUALITY_OF.get(n, ""), {}).get(key)
+
+    add("context: median share of the budget used", strategy("median_used"), "", lambda v: f"{100 * v:.1f}%")
+    add("contexts with an orphan tool result", strategy("orphans"), "", str)
+    add("contexts with only the system message", strategy("system_only"), "", str)
+    rebuilt = res.get("rebuild", {}).get("rebuilt")
+    if rebuilt:
+        events = rebuilt["events"]
+        add(
+            f"rebuild the projections of {events:,} events",
+            lambda n: rebuilt["seconds"] if n == "turnlog" else None,
+            "",
+            R.seconds,
+        )
+    add("file size per message", get("size", "per_message"), "size", lambda v: f"{v:,.0f} B")
+    if not rows:
+        return ""
+    return R.table(["", *(_label(n) for n in stores)], rows)
 
 
 def _commit() -> str:
