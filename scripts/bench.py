@@ -43,7 +43,7 @@ class Config:
     quick: bool
     append_n: int = 2000
     langgraph_append_n: int = 500
-    rounds: int = 10
+    repeats: int = 5
     batch_total: int = 20_000
     batch_size: int = 1000
     sizes: tuple[int, ...] = (2000, 20_000, 200_000)
@@ -67,7 +67,7 @@ class Config:
             quick=True,
             append_n=300,
             langgraph_append_n=100,
-            rounds=3,
+            repeats=2,
             batch_total=2000,
             batch_size=500,
             sizes=(300, 2000),
@@ -155,82 +155,98 @@ class Bench:
         msgs = self.session(cfg.append_n)
         lg_msgs = msgs[: cfg.langgraph_append_n]
         self.log(
-            f"1. durable append, one message per transaction: {len(msgs):,} messages, interleaved rounds"
+            f"1. durable append, one message per transaction: {len(msgs):,} messages, "
+            f"{cfg.repeats} rounds on fresh stores"
         )
-        peers = {n: self.peer(n, self.fresh("append", n)) for n in names}
-        for p in peers.values():
-            p.open()
         lat: dict[str, list[float]] = {n: [] for n in names}
-        # Message by message, each store in turn (the order rotates), so the disk's changing speed
-        # hits every store alike. LangGraph goes alone afterwards: each of its checkpoints rewrites
-        # the whole session, and that much writing would slow the others' fsyncs.
-        together = [n for n in names if n != "langgraph"]
-        for i, m in enumerate(msgs):
-            k = i % max(1, len(together))
-            for n in together[k:] + together[:k]:
-                p = peers[n]
-                t = time.perf_counter()
-                p.append_one(m)
-                lat[n].append(time.perf_counter() - t)
-            if (i + 1) % max(1, len(msgs) // 5) == 0:
-                self.log(f"  {i + 1:,} of {len(msgs):,}")
-        if "langgraph" in peers:
-            for m in lg_msgs:
-                t = time.perf_counter()
-                peers["langgraph"].append_one(m)
-                lat["langgraph"].append(time.perf_counter() - t)
-        for n, p in peers.items():
-            p.close()
-            self.stores[(n, len(lat[n]) if n == "langgraph" else cfg.append_n)] = p.path
-        res = {
+        rates: dict[str, list[float]] = {n: [] for n in names}
+        for round_ in range(cfg.repeats):
+            peers = {n: self.peer(n, self.fresh("append", n)) for n in names}
+            for p in peers.values():
+                p.open()
+            spent = dict.fromkeys(names, 0.0)
+            # Message by message, each store in turn (the order rotates), so the disk's changing
+            # speed hits every store alike. LangGraph goes alone afterwards: each of its checkpoints
+            # rewrites the whole session, and that much writing would slow the others' fsyncs.
+            together = [n for n in names if n != "langgraph"]
+            for i, m in enumerate(msgs):
+                k = (i + round_) % max(1, len(together))
+                for n in together[k:] + together[:k]:
+                    p = peers[n]
+                    t = time.perf_counter()
+                    p.append_one(m)
+                    took = time.perf_counter() - t
+                    lat[n].append(took)
+                    spent[n] += took
+            if "langgraph" in peers:
+                for m in lg_msgs:
+                    t = time.perf_counter()
+                    peers["langgraph"].append_one(m)
+                    took = time.perf_counter() - t
+                    lat["langgraph"].append(took)
+                    spent["langgraph"] += took
+            for n, p in peers.items():
+                p.close()
+                count = len(lg_msgs) if n == "langgraph" else len(msgs)
+                rates[n].append(count / spent[n])
+                self.stores[(n, len(lg_msgs) if n == "langgraph" else cfg.append_n)] = p.path
+            self.log(f"  round {round_ + 1} of {cfg.repeats}")
+        self.results["append"] = {
             n: {
-                "messages": len(v),
-                "rate": len(v) / sum(v),
+                "messages": len(lg_msgs) if n == "langgraph" else len(msgs),
+                "rate": R.median(rates[n]),
+                "rates": rates[n],
                 "p50": R.median(v),
                 "p99": R.p99(v),
             }
             for n, v in lat.items()
         }
-        self.results["append"] = res
 
     def section_batch(self) -> None:
         cfg = self.cfg
         names = self.want("turnlog", "turnlog-inline", *FLOORS, *PEERS)
         msgs = self.session(cfg.batch_total)
-        self.log(f"1b. batch append: {len(msgs):,} messages in batches of {cfg.batch_size:,}, interleaved")
-        peers = {n: self.peer(n, self.fresh("batch", n)) for n in names}
-        for p in peers.values():
-            p.open()
-        spent = dict.fromkeys(names, 0.0)
+        self.log(
+            f"1b. batch append: {len(msgs):,} messages in batches of {cfg.batch_size:,}, "
+            f"{cfg.repeats} rounds on fresh stores"
+        )
         batches = [msgs[i : i + cfg.batch_size] for i in range(0, len(msgs), cfg.batch_size)]
-        together = [n for n in names if n != "langgraph"]
-        for r, batch in enumerate(batches):
-            k = r % max(1, len(together))
-            for n in together[k:] + together[:k]:
+        rates: dict[str, list[float]] = {n: [] for n in [*names, "turnlog+count"]}
+        counting: list[float] = []
+        for round_ in range(cfg.repeats):
+            peers = {n: self.peer(n, self.fresh("batch", n)) for n in names}
+            for p in peers.values():
+                p.open()
+            spent = dict.fromkeys(names, 0.0)
+            together = [n for n in names if n != "langgraph"]
+            for r, batch in enumerate(batches):
+                k = (r + round_) % max(1, len(together))
+                for n in together[k:] + together[:k]:
+                    t = time.perf_counter()
+                    peers[n].append_batch(batch)
+                    spent[n] += time.perf_counter() - t
+            if "langgraph" in peers:
+                for batch in batches:
+                    t = time.perf_counter()
+                    peers["langgraph"].append_batch(batch)
+                    spent["langgraph"] += time.perf_counter() - t
+            for n in names:
+                rates[n].append(len(msgs) / spent[n])
+            if "turnlog" in peers:
+                store = peers["turnlog"].store  # type: ignore[attr-defined]
                 t = time.perf_counter()
-                peers[n].append_batch(batch)
-                spent[n] += time.perf_counter() - t
-            if (r + 1) % 5 == 0:
-                self.log(f"  batch {r + 1}/{len(batches)}")
-        if "langgraph" in peers:
-            for batch in batches:
-                t = time.perf_counter()
-                peers["langgraph"].append_batch(batch)
-                spent["langgraph"] += time.perf_counter() - t
-        res: dict[str, Any] = {n: {"messages": len(msgs), "rate": len(msgs) / s} for n, s in spent.items()}
-        if "turnlog" in peers:
-            store = peers["turnlog"].store  # type: ignore[attr-defined]
-            t = time.perf_counter()
-            store.catch_up_tokens()
-            counting = time.perf_counter() - t
-            res["turnlog+count"] = {
-                "messages": len(msgs),
-                "rate": len(msgs) / (spent["turnlog"] + counting),
-                "count_s": counting,
-            }
-        for n, p in peers.items():
-            p.close()
-            self.stores[(n, cfg.batch_total)] = p.path
+                store.catch_up_tokens()
+                counting.append(time.perf_counter() - t)
+                rates["turnlog+count"].append(len(msgs) / (spent["turnlog"] + counting[-1]))
+            for n, p in peers.items():
+                p.close()
+                self.stores[(n, cfg.batch_total)] = p.path
+            self.log(f"  round {round_ + 1} of {cfg.repeats}")
+        res: dict[str, Any] = {
+            n: {"messages": len(msgs), "rate": R.median(v), "rates": v} for n, v in rates.items() if v
+        }
+        if counting:
+            res["turnlog+count"]["count_s"] = R.median(counting)
         self.results["batch"] = res
 
     # -- loading and size -----------------------------------------------------------------------

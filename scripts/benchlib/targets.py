@@ -51,6 +51,11 @@ class _Targets:
             self.missed.append(key)
 
 
+def _spread(figures: dict[str, Any]) -> str:
+    rates = figures.get("rates") or [figures["rate"]]
+    return f"{R.rate(min(rates))} – {R.rate(max(rates))}"
+
+
 def _verdict(met: bool | None) -> str:
     return "—" if met is None else ("met" if met else "**missed**")
 
@@ -78,6 +83,7 @@ def render_report(bench: Bench, command: str) -> str:
                     _label(n),
                     f"{v['messages']:,}",
                     R.rate(v["rate"]),
+                    _spread(v),
                     R.seconds(v["p50"]),
                     R.seconds(v["p99"]),
                     R.ratio(t["rate"], v["rate"], "rate") if t and n != "turnlog" else "",
@@ -85,12 +91,23 @@ def render_report(bench: Bench, command: str) -> str:
             )
         tables.append(
             "### 1. Durable append, one message per transaction\n\n"
-            "Each store gets the same messages in the same order, interleaved message by message (each "
-            "message goes to every store in turn, in a rotating order) so the disk's changing speed hits "
-            "every store alike; LangGraph runs alone afterwards, on fewer messages. Rate = messages ÷ "
-            "time inside the append calls; the latencies are of single appends.\n\n"
+            f"{cfg.repeats} rounds, each on fresh stores. In a round every store gets the same messages in "
+            "the same order, interleaved message by message (each message goes to every store in turn, "
+            "in a rotating order) so the disk's changing speed hits every store alike; LangGraph runs "
+            "alone afterwards, on fewer messages. Rate = messages ÷ time inside the append calls, the "
+            "median of the rounds (the rounds' lowest and highest beside it); the latencies are of "
+            "single appends, over all rounds.\n\n"
             + R.table(
-                ["store", "messages", "rate", "p50 latency", "p99 latency", "turnlog ÷ store (rate)"], rows
+                [
+                    "store",
+                    "messages",
+                    "rate",
+                    "rounds: lowest – highest",
+                    "p50 latency",
+                    "p99 latency",
+                    "turnlog ÷ store (rate)",
+                ],
+                rows,
             )
         )
         if t and peers_present:
@@ -125,16 +142,21 @@ def render_report(bench: Bench, command: str) -> str:
                     _label(n),
                     f"{v['messages']:,}",
                     R.rate(v["rate"]),
+                    _spread(v),
                     R.ratio(t["rate"], v["rate"], "rate") if t and n != "turnlog" else "",
                 ]
             )
         tables.append(
             "### 1b. Batch append\n\n"
             f"{cfg.batch_total:,} messages in transactions of {cfg.batch_size:,}, interleaved batch by batch "
-            "(LangGraph alone afterwards). "
+            f"(LangGraph alone afterwards), in {cfg.repeats} rounds on fresh stores; rate = the median "
+            "round's. "
             "turnlog's default defers token counting to just after the commit; the row "
             "“batch + deferred counts caught up” adds the time `catch_up_tokens()` then took to count "
-            "them all.\n\n" + R.table(["store", "messages", "rate", "turnlog ÷ store (rate)"], rows)
+            "them all.\n\n"
+            + R.table(
+                ["store", "messages", "rate", "rounds: lowest – highest", "turnlog ÷ store (rate)"], rows
+            )
         )
         if t and "sqlite" in b:
             r = t["rate"] / b["sqlite"]["rate"]
@@ -462,7 +484,14 @@ def render_report(bench: Bench, command: str) -> str:
     emit("")
     emit(
         f"Command: `{command}` ({'quick smoke run' if cfg.quick else 'full run'}, "
-        f"{res.get('elapsed', 0) / 60:.1f} minutes)"
+        f"{res.get('elapsed', 0) / 60:.1f} minutes"
+        + (
+            f", in a folder exported from commit {os.environ['BENCH_COMMIT']} with `git archive`, with "
+            "its own `.venv`, so that nothing committed during the run could change what it measured"
+            if os.environ.get("BENCH_COMMIT")
+            else ""
+        )
+        + ")"
     )
     emit("")
     emit(R.table(["machine", ""], [("turnlog commit", _commit()), *R.machine(str(bench.dir))]))
