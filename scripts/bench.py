@@ -149,6 +149,38 @@ class Bench:
 
     # -- 1. appends -----------------------------------------------------------------------------
 
+    def interleaved(
+        self,
+        sub: str,
+        names: list[str],
+        units: list[Any],
+        alone: list[Any],
+        round_: int,
+        call: Callable[..., None],
+    ) -> tuple[dict[str, Peer], dict[str, list[float]]]:
+        """One round on fresh stores: each unit (a message, a batch) goes to every store in turn, in an
+        order that rotates, so the disk's changing speed hits every store alike. LangGraph goes alone
+        afterwards, with ``alone``: each of its checkpoints rewrites the whole session, and that much
+        writing would slow the others' fsyncs. Returns the stores, still open, and each one's times of
+        ``call(store, unit)``."""
+        peers = {n: self.peer(n, self.fresh(sub, n)) for n in names}
+        for p in peers.values():
+            p.open()
+        times: dict[str, list[float]] = {n: [] for n in names}
+        together = [n for n in names if n != "langgraph"]
+        for i, unit in enumerate(units):
+            k = (i + round_) % max(1, len(together))
+            for n in together[k:] + together[:k]:
+                t = time.perf_counter()
+                call(peers[n], unit)
+                times[n].append(time.perf_counter() - t)
+        if "langgraph" in peers:
+            for unit in alone:
+                t = time.perf_counter()
+                call(peers["langgraph"], unit)
+                times["langgraph"].append(time.perf_counter() - t)
+        return peers, times
+
     def section_append(self) -> None:
         cfg = self.cfg
         names = self.want(*TURNLOG_VARIANTS, *FLOORS, *PEERS)
@@ -161,39 +193,18 @@ class Bench:
         lat: dict[str, list[float]] = {n: [] for n in names}
         rates: dict[str, list[float]] = {n: [] for n in names}
         for round_ in range(cfg.repeats):
-            peers = {n: self.peer(n, self.fresh("append", n)) for n in names}
-            for p in peers.values():
-                p.open()
-            spent = dict.fromkeys(names, 0.0)
-            # Message by message, each store in turn (the order rotates), so the disk's changing
-            # speed hits every store alike. LangGraph goes alone afterwards: each of its checkpoints
-            # rewrites the whole session, and that much writing would slow the others' fsyncs.
-            together = [n for n in names if n != "langgraph"]
-            for i, m in enumerate(msgs):
-                k = (i + round_) % max(1, len(together))
-                for n in together[k:] + together[:k]:
-                    p = peers[n]
-                    t = time.perf_counter()
-                    p.append_one(m)
-                    took = time.perf_counter() - t
-                    lat[n].append(took)
-                    spent[n] += took
-            if "langgraph" in peers:
-                for m in lg_msgs:
-                    t = time.perf_counter()
-                    peers["langgraph"].append_one(m)
-                    took = time.perf_counter() - t
-                    lat["langgraph"].append(took)
-                    spent["langgraph"] += took
+            peers, times = self.interleaved(
+                "append", names, msgs, lg_msgs, round_, lambda peer, msg: peer.append_one(msg)
+            )
             for n, p in peers.items():
                 p.close()
-                count = len(lg_msgs) if n == "langgraph" else len(msgs)
-                rates[n].append(count / spent[n])
-                self.stores[(n, len(lg_msgs) if n == "langgraph" else cfg.append_n)] = p.path
+                lat[n] += times[n]
+                rates[n].append(len(times[n]) / sum(times[n]))
+                self.stores[(n, len(times[n]) if n == "langgraph" else cfg.append_n)] = p.path
             self.log(f"  round {round_ + 1} of {cfg.repeats}")
         self.results["append"] = {
             n: {
-                "messages": len(lg_msgs) if n == "langgraph" else len(msgs),
+                "messages": len(v) // cfg.repeats,
                 "rate": R.median(rates[n]),
                 "rates": rates[n],
                 "p50": R.median(v),
@@ -214,30 +225,17 @@ class Bench:
         rates: dict[str, list[float]] = {n: [] for n in [*names, "turnlog+count"]}
         counting: list[float] = []
         for round_ in range(cfg.repeats):
-            peers = {n: self.peer(n, self.fresh("batch", n)) for n in names}
-            for p in peers.values():
-                p.open()
-            spent = dict.fromkeys(names, 0.0)
-            together = [n for n in names if n != "langgraph"]
-            for r, batch in enumerate(batches):
-                k = (r + round_) % max(1, len(together))
-                for n in together[k:] + together[:k]:
-                    t = time.perf_counter()
-                    peers[n].append_batch(batch)
-                    spent[n] += time.perf_counter() - t
-            if "langgraph" in peers:
-                for batch in batches:
-                    t = time.perf_counter()
-                    peers["langgraph"].append_batch(batch)
-                    spent["langgraph"] += time.perf_counter() - t
+            peers, times = self.interleaved(
+                "batch", names, batches, batches, round_, lambda peer, batch: peer.append_batch(batch)
+            )
             for n in names:
-                rates[n].append(len(msgs) / spent[n])
+                rates[n].append(len(msgs) / sum(times[n]))
             if "turnlog" in peers:
                 store = peers["turnlog"].store  # type: ignore[attr-defined]
                 t = time.perf_counter()
                 store.catch_up_tokens()
                 counting.append(time.perf_counter() - t)
-                rates["turnlog+count"].append(len(msgs) / (spent["turnlog"] + counting[-1]))
+                rates["turnlog+count"].append(len(msgs) / (sum(times["turnlog"]) + counting[-1]))
             for n, p in peers.items():
                 p.close()
                 self.stores[(n, cfg.batch_total)] = p.path

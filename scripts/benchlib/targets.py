@@ -616,20 +616,10 @@ def _at_a_glance(bench: Bench) -> str:
     add("durable append, one message per transaction", get("append", "rate"), "rate", R.rate)
     add(f"batch append, {cfg.batch_size:,} per transaction", get("batch", "rate"), "rate", R.rate)
     add(f"load a {cfg.batch_total:,}-message session", get("load", "median"), "time", R.seconds)
-    for size in cfg.sizes:
-        add(
-            f"context build at {size:,} messages (warm median)",
-            get("build", size, "warm_median"),
-            "time",
-            R.seconds,
-        )
-    for size in cfg.sizes:
-        add(
-            f"context build after a turn at {size:,} messages (median)",
-            get("build", size, "after_median"),
-            "time",
-            R.seconds,
-        )
+    for build, field in (("context build", "warm_median"), ("context build after a turn", "after_median")):
+        for size in cfg.sizes:
+            when = "warm median" if field == "warm_median" else "median"
+            add(f"{build} at {size:,} messages ({when})", get("build", size, field), "time", R.seconds)
     quality = res.get("quality", {})
 
     def strategy(key: str) -> Any:
