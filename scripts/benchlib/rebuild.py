@@ -46,15 +46,16 @@ def generate(
     system = [pool[0]] if pool[0].kind == "system" else []
     stream = itertools.chain.from_iterable(itertools.repeat(pool[len(system) :]))
     for msgs in sessions_of(stream, per_session):
-        msgs = (system + msgs)[: events - written]
+        whole = system + msgs
+        msgs = whole[: events - written]
         if msgs[-1].kind == "call":  # the last session: never leave a call without its return
-            msgs = msgs[:-1]
+            msgs = whole[: len(msgs) + 1]
         store.append(f"s{sessions:05d}", [to_event(m) for m in msgs])
         written += len(msgs)
         sessions += 1
         if progress and sessions % 50 == 0:
             progress(f"  generated {written:,} of {events:,} events")
-        if written >= events - 1:
+        if written >= events:
             break
     append_s = time.perf_counter() - started
     started = time.perf_counter()
