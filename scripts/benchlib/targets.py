@@ -96,7 +96,10 @@ def render_report(bench: Bench, command: str) -> str:
             "in a rotating order) so the disk's changing speed hits every store alike; LangGraph runs "
             "alone afterwards, on fewer messages. Rate = messages ÷ time inside the append calls, the "
             "median of the rounds (the rounds' lowest and highest beside it); the latencies are of "
-            "single appends, over all rounds.\n\n"
+            "single appends, over all rounds. turnlog's default (the first row) counts an event's tokens "
+            "after its commit, on the next read that needs them, so no writer waits for tiktoken; "
+            '`token_counting="inline"` counts them before each append, and the catch-up row counts them '
+            "right after each append, as that read would.\n\n"
             + R.table(
                 [
                     "store",
