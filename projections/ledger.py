@@ -89,7 +89,8 @@ class PriceTable(BaseModel):
     source: Annotated[str, StringConstraints(min_length=1)]
     """Where they come from."""
     models: dict[Annotated[str, StringConstraints(min_length=1)], ModelPrice]
-    """Model name (or name prefix) -> its prices."""
+    """Model name -> its prices (a name also prices its dated snapshots; ``name*`` prices every model
+    whose name starts with ``name``)."""
 
     def price_for(self, model: str) -> ModelPrice | None:
         """The model's prices: by exact name, else by the longest table key of which the name is a

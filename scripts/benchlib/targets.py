@@ -591,16 +591,16 @@ def _at_a_glance(bench: Bench) -> str:
     stores = [n for n in ("turnlog", *FLOORS, *PEERS) if n in bench.names]
     rows: list[list[str]] = []
 
-    def add(what: str, value: Any, kind: str, show: Any) -> None:
-        """``value(store)``: the figure or None; ``show``: how to print it; ``kind``: rate, time,
-        size, or "" for figures that are not compared by a ratio."""
+    def add(what: str, value: Any, ratio: bool, show: Any) -> None:
+        """``value(store)``: the figure or None; ``show``: how to print it; ``ratio``: whether the
+        peers' cells carry turnlog ÷ store."""
         mine = value("turnlog")
         cells = []
         for n in stores:
             v = value(n)
             if v is None:
                 cells.append("—")
-            elif n == "turnlog" or not kind or mine is None or not v:
+            elif n == "turnlog" or not ratio or mine is None or not v:
                 cells.append(show(v))
             else:
                 cells.append(f"{show(v)} ({mine / v:.3g})")
@@ -616,31 +616,36 @@ def _at_a_glance(bench: Bench) -> str:
 
         return value
 
-    add("durable append, one message per transaction", get("append", "rate"), "rate", R.rate)
-    add(f"batch append, {cfg.batch_size:,} per transaction", get("batch", "rate"), "rate", R.rate)
-    add(f"load a {cfg.batch_total:,}-message session", get("load", "median"), "time", R.seconds)
+    add("durable append, one message per transaction", get("append", "rate"), True, R.rate)
+    add(f"batch append, {cfg.batch_size:,} per transaction", get("batch", "rate"), True, R.rate)
+    add(f"load a {cfg.batch_total:,}-message session", get("load", "median"), True, R.seconds)
     for build, field in (("context build", "warm_median"), ("context build after a turn", "after_median")):
         for size in cfg.sizes:
             when = "warm median" if field == "warm_median" else "median"
-            add(f"{build} at {size:,} messages ({when})", get("build", size, field), "time", R.seconds)
+            add(f"{build} at {size:,} messages ({when})", get("build", size, field), True, R.seconds)
     quality = res.get("quality", {})
 
     def strategy(key: str) -> Any:
         return lambda n: quality.get(_QUALITY_OF.get(n, ""), {}).get(key)
 
-    add("context: median share of the budget used", strategy("median_used"), "", lambda v: f"{100 * v:.1f}%")
-    add("contexts with an orphan tool result", strategy("orphans"), "", str)
-    add("contexts with only the system message", strategy("system_only"), "", str)
+    add(
+        "context: median share of the budget used",
+        strategy("median_used"),
+        False,
+        lambda v: f"{100 * v:.1f}%",
+    )
+    add("contexts with an orphan tool result", strategy("orphans"), False, str)
+    add("contexts with only the system message", strategy("system_only"), False, str)
     rebuilt = res.get("rebuild", {}).get("rebuilt")
     if rebuilt:
         events = rebuilt["events"]
         add(
             f"rebuild the projections of {events:,} events",
             lambda n: rebuilt["seconds"] if n == "turnlog" else None,
-            "",
+            False,
             R.seconds,
         )
-    add("file size per message", get("size", "per_message"), "size", lambda v: f"{v:,.0f} B")
+    add("file size per message", get("size", "per_message"), True, lambda v: f"{v:,.0f} B")
     if not rows:
         return ""
     return R.table(["", *(_label(n) for n in stores)], rows)
