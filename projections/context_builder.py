@@ -87,7 +87,7 @@ class ContextBuilder(ContextReader):
             + (PER_NAME if event.name else 0)
             + len(event.tool_calls or ()) * self.costs["function"]
         )
-        content, mode, tokens = event.content, "full", full
+        content, mode, tokens, shown = event.content, "full", full, None
         if cap is not None and row.tokens > cap and event.content:
             other = self.tok.count_all(other_texts(event))
             capped = cap_text(
@@ -98,7 +98,7 @@ class ContextBuilder(ContextReader):
                 total_tokens=row.tokens - other,
             )
             if capped.capped:
-                content, mode = capped.text, "capped"
+                content, mode, shown = capped.text, "capped", capped.shown_tokens
                 tokens = full - (row.tokens - other) + capped.tokens
         default: Category = "system" if role == "system" else "message"
         return ContextMessage(
@@ -111,6 +111,7 @@ class ContextBuilder(ContextReader):
             order=(row.version, 0),
             name=event.name,
             tool_calls=event.tool_calls or (),
+            shown_tokens=shown,
         )
 
     def _tool_output(
@@ -124,7 +125,7 @@ class ContextBuilder(ContextReader):
         sub: int,
     ) -> ContextMessage:
         full = PER_MESSAGE + self.costs["tool"] + row.tokens
-        content, mode, tokens = event.content, "full", full
+        content, mode, tokens, shown = event.content, "full", full, None
         if cap is not None:
             id_tokens = self.tok.count(event.tool_call_id)
             capped = cap_output(
@@ -136,7 +137,7 @@ class ContextBuilder(ContextReader):
                 event.artifact_id,
             )
             if capped.capped:
-                content, mode = capped.text, "capped"
+                content, mode, shown = capped.text, "capped", capped.shown_tokens
                 tokens = PER_MESSAGE + self.costs["tool"] + id_tokens + capped.tokens
         return ContextMessage(
             role="tool",
@@ -148,6 +149,7 @@ class ContextBuilder(ContextReader):
             order=(head.version, sub),
             tool_call_id=event.tool_call_id,
             is_error=event.is_error,
+            shown_tokens=shown,
         )
 
     # -- the build ----------------------------------------------------------------------------
@@ -337,6 +339,8 @@ class ContextBuilder(ContextReader):
             unit = self._unit(
                 row, returns, category=None, tool_cap=cap, message_cap=self.policy.max_message_tokens
             )
+        if any(m.shown_tokens == 0 for m in unit):
+            return None  # capped to its notice alone: a message with nothing of itself left
         return unit if sum(m.tokens for m in unit) <= remaining else None
 
     def _summary_message(self, summary: SummaryRow) -> ContextMessage:

@@ -68,6 +68,8 @@ class ContextMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     is_error: bool = False
+    shown_tokens: int | None = None
+    """For a capped message: the tokens of its own text still shown (0: only the notice)."""
 
 
 @dataclass
