@@ -5,7 +5,7 @@ timeline compaction plans with."""
 from __future__ import annotations
 
 from projections.capping import MIN_CAP, cap_text
-from projections.context_capping import cap_output, message_notice, other_texts
+from projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
 from projections.context_reader import ContextReader, Row, SummaryRow
 from projections.context_types import (
     FILL_MIN,
@@ -20,7 +20,7 @@ from projections.context_types import (
     ContextMessage,
 )
 from projections.formats import render
-from store import MessageAppended, RecordedEvent, SummaryRecorded, ToolReturned
+from store import MessageAppended, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
 
 
 class ContextBuilder(ContextReader):
@@ -43,7 +43,7 @@ class ContextBuilder(ContextReader):
         record = self.events[head.version]
         event = record.event
         assert isinstance(event, MessageAppended)
-        out = [self._message(head, record, event, category, message_cap)]
+        out = [self._message(head, record, event, category, message_cap, tool_cap)]
         answered: set[str] = set()
         for sub, ret in enumerate(sorted(returns, key=lambda r: r.version), 1):
             ret_record = self.events[ret.version]
@@ -78,17 +78,19 @@ class ContextBuilder(ContextReader):
         event: MessageAppended,
         category: Category | None,
         cap: int | None,
+        arguments_cap: int | None = None,
     ) -> ContextMessage:
         role = event.role
+        calls = event.tool_calls or ()
         full = (
             PER_MESSAGE
             + self.costs[role]
             + row.tokens
             + (PER_NAME if event.name else 0)
-            + len(event.tool_calls or ()) * self.costs["function"]
+            + len(calls) * self.costs["function"]
         )
-        content, mode, tokens, shown = event.content, "full", full, None
-        if cap is not None and row.tokens > cap and event.content:
+        content, tokens, shown = event.content, full, None
+        if cap is not None and row.tokens > cap and len(event.content.encode("utf-8")) > cap:
             other = self.tok.count_all(other_texts(event))
             capped = cap_text(
                 event.content,
@@ -98,21 +100,49 @@ class ContextBuilder(ContextReader):
                 total_tokens=row.tokens - other,
             )
             if capped.capped:
-                content, mode, shown = capped.text, "capped", capped.shown_tokens
+                content, shown = capped.text, capped.shown_tokens
                 tokens = full - (row.tokens - other) + capped.tokens
+        if arguments_cap is not None and calls:
+            calls, saved, arguments_shown = self._cap_arguments(record.event_id, calls, arguments_cap)
+            if saved:
+                tokens -= saved
+                if shown is None:
+                    shown = self.tok.count(content) if content else 0
+                shown += arguments_shown
         default: Category = "system" if role == "system" else "message"
         return ContextMessage(
             role=role,
             content=content,
             tokens=tokens,
-            mode=mode,  # type: ignore[arg-type]
+            mode="full" if shown is None else "capped",
             category=category or default,
             event_ids=(record.event_id,),
             order=(row.version, 0),
             name=event.name,
-            tool_calls=event.tool_calls or (),
+            tool_calls=calls,
             shown_tokens=shown,
         )
+
+    def _cap_arguments(
+        self, event_id: str, calls: tuple[ToolCall, ...], cap: int
+    ) -> tuple[tuple[ToolCall, ...], int, int]:
+        """The calls with their arguments capped to ``cap`` tokens each, the tokens that saved, and
+        the tokens of arguments still shown."""
+        out: list[ToolCall] = []
+        saved = shown = 0
+        for index, call in enumerate(calls):
+            # UTF-8 bytes bound the tokens from above: most calls are never counted.
+            if len(call.arguments.encode("utf-8")) <= cap:
+                out.append(call)
+                continue
+            capped = cap_call_arguments(self.store, event_id, index, call.arguments, cap)
+            if capped.capped:
+                out.append(call.model_copy(update={"arguments": capped.text}))
+                saved += capped.total_tokens - capped.tokens
+                shown += capped.shown_tokens
+            else:
+                out.append(call)
+        return (tuple(out), saved, shown) if saved else (calls, 0, 0)
 
     def _tool_output(
         self,
@@ -207,7 +237,7 @@ class ContextBuilder(ContextReader):
                 row, returns, category=None, tool_cap=tool_cap, message_cap=policy.max_message_tokens
             )
             cost = sum(m.tokens for m in unit)
-            if cost > remaining and tool_cap is None and returns:
+            if cost > remaining and tool_cap is None and (returns or row.n_calls):
                 unit = self._unit(
                     row,
                     returns,
@@ -329,8 +359,13 @@ class ContextBuilder(ContextReader):
                 return None
             unit = self._unit(row, [], category=None, tool_cap=None, message_cap=cap)
         else:
-            # The call stays whole; what is left is shared by its outputs.
-            head_cost = self._unit(row, [], category=None, tool_cap=None, message_cap=None)[0].tokens
+            # The call stays (its arguments capped as the policy caps them); what is left is shared
+            # by its outputs.
+            policy = self.policy
+            head = self._unit(
+                row, [], category=None, tool_cap=policy.max_tool_tokens, message_cap=policy.max_message_tokens
+            )
+            head_cost = head[0].tokens
             per_output = PER_MESSAGE + self.costs["tool"] + 12
             outputs = max(1, row.n_calls)
             cap = min((remaining - head_cost) // outputs - per_output, self.policy.max_tool_tokens)
