@@ -1,9 +1,11 @@
 """The context builder: the messages to send to the model for a session, as of any position, under
 a token budget. System messages, the first user message and pinned messages are always kept whole;
 then the newest messages, newest first, until the budget is reached. A tool call and its returns
-are kept or dropped together; tool outputs and over-long messages are capped by real tokens with a
-notice that counts; what is left out is said. Only the retained messages and the tail are read,
-with the token counts stored at append time, so a build costs the same at any session length."""
+are kept or dropped together; tool outputs, tool-call arguments and over-long messages are capped by
+real tokens with a notice that counts; what is left out is said. Only the retained messages and the
+tail are read, with the token counts stored at append time, so a build costs the same at any session
+length. The work is split: context_types (vocabulary), context_reader (reads), context_builder (the
+build), context_capping (notices and the per-store cache); this module is the public entry."""
 
 from __future__ import annotations
 

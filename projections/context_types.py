@@ -42,7 +42,7 @@ class ContextPolicy(BaseModel):
     budget: int = Field(ge=1)
     """Prompt tokens, everything included (messages, chat-format overhead, notices)."""
     max_tool_tokens: int = Field(default=1000, ge=MIN_CAP)
-    """Inline cap for a tool output (the full output stays fetchable)."""
+    """Inline cap for a tool output, and for each tool call's arguments (the whole stays fetchable)."""
     max_message_tokens: int = Field(default=4000, ge=MIN_CAP)
     """Cap for an over-long user or assistant message's content."""
     format: Format = "openai"
