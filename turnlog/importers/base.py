@@ -1,0 +1,169 @@
+"""What every importer shares: the conversations a parser reads, how they are stored (each session
+atomically, idempotently), and the small helpers for reading transcripts."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from store import (
+    NO_SESSION,
+    Event,
+    EventStore,
+    InvalidEventError,
+    SessionStarted,
+)
+from store.errors import DuplicateEventError
+from store.events import describe_validation_error
+from store.sqlite import MAX_BATCH
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation read from a transcript, ready to append as one session."""
+
+    session_id: str
+    events: tuple[Event, ...]
+
+
+@dataclass
+class ImportResult:
+    """What an import did, per session."""
+
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def appended(self) -> int:
+        return sum(s["appended"] for s in self.sessions)
+
+
+def derive_event_id(session_id: str, index: int, event: Event) -> str:
+    """A stable id for the index-th event of an imported session: the same transcript always gives
+    the same ids (so re-imports are retries), a different one gives different ids."""
+    content = event.model_dump_json(exclude={"event_id"})
+    return hashlib.sha256(f"{session_id}\0{index}\0{content}".encode()).hexdigest()[:32]
+
+
+def with_derived_ids(session_id: str, events: Sequence[Event]) -> tuple[Event, ...]:
+    """The events with ids derived from the session, their index and their content."""
+    return tuple(
+        e.model_copy(update={"event_id": derive_event_id(session_id, i, e)}) for i, e in enumerate(events)
+    )
+
+
+def import_conversations(
+    store: EventStore,
+    conversations: Sequence[Conversation],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Append each conversation as one session, atomically. A session already imported is skipped;
+    one imported from a shorter version of the transcript gets the new events appended.
+
+    Every session is checked before anything is written (a name taken by another session, a fork
+    whose parent is missing, a tokenizer that differs from the store's), so such a file changes
+    nothing. ``progress(n)`` is called with the number of events handled after each batch."""
+    plans = [
+        _plan(store, conversation, conversations[:index]) for index, conversation in enumerate(conversations)
+    ]
+    result = ImportResult()
+    for conversation, (head, rest) in zip(conversations, plans, strict=True):
+        expected = NO_SESSION if head == 0 else head
+        skipped = len(conversation.events) - len(rest)
+        if progress is not None and skipped:
+            progress(skipped)
+        # A session larger than one append allows goes in several batches; were one of them to
+        # fail, re-running the import appends the rest (the stored part is a prefix of the file's).
+        for start in range(0, len(rest), MAX_BATCH):
+            batch = rest[start : start + MAX_BATCH]
+            records = store.append(conversation.session_id, batch, expected_version=expected)
+            expected = records[-1].version
+            if progress is not None:
+                progress(len(batch))
+        result.sessions.append(
+            {
+                "session_id": conversation.session_id,
+                "events": len(conversation.events),
+                "appended": len(rest),
+                "skipped": skipped,
+            }
+        )
+    return result
+
+
+def _plan(
+    store: EventStore, conversation: Conversation, earlier: Sequence[Conversation]
+) -> tuple[int, list[Event]]:
+    """The session's head version and the events still to append, or an error naming the problem."""
+    sid = conversation.session_id
+    events = list(conversation.events)
+    first = events[0] if events else None
+    if isinstance(first, SessionStarted):
+        if first.tokenizer is not None and first.tokenizer != store.tokenizer.name:
+            raise InvalidEventError(
+                f"session {sid!r} counts tokens with {first.tokenizer!r}, this store with "
+                f"{store.tokenizer.name!r}: import it into a store created with "
+                f"`turnlog init --tokenizer {first.tokenizer}`"
+            )
+        parent = first.parent
+        if parent is not None:
+            in_file = [c for c in earlier if c.session_id == parent.session_id]
+            parent_head = len(in_file[0].events) if in_file else store.head_version(parent.session_id)
+            if parent_head < parent.version:
+                raise InvalidEventError(
+                    f"session {sid!r} is a fork of {parent.session_id!r} at version {parent.version}, "
+                    f"which neither this store nor the file before it holds: import (or export) the "
+                    "parent first"
+                )
+    head = store.head_version(sid)
+    if head == 0:
+        return 0, events
+    own = store.read_session(sid, own=True)
+    stored_ids = [r.event_id for r in own[: len(events)]]
+    if stored_ids != [e.event_id for e in events[: len(stored_ids)]]:
+        raise DuplicateEventError(
+            f"session {sid!r} already exists and was not imported from this file; "
+            "choose another name with --session"
+        )
+    rest = events[len(stored_ids) :]
+    if rest and len(own) != len(stored_ids):
+        raise DuplicateEventError(
+            f"session {sid!r} has events appended after its import; "
+            "import the grown file under another name with --session"
+        )
+    return head, rest
+
+
+def json_lines(text: str) -> list[str]:
+    """JSON lines: split at newlines only (str.splitlines() would also split at U+2028 and other
+    characters that JSON text may hold raw inside a string)."""
+    return text.replace("\r\n", "\n").split("\n")
+
+
+@contextlib.contextmanager
+def fields_of(position: str) -> Iterator[None]:
+    """Field errors of a model built from a transcript, as one line naming where they are."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise InvalidEventError(f"{position}: {describe_validation_error(exc)}") from None
+
+
+def arguments_text(arguments: Any) -> str:
+    """Tool-call arguments as the JSON text a ToolCall stores."""
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` can serve as a session or run id."""
+    return isinstance(value, str) and 0 < len(value) <= 200 and not any(c.isspace() for c in value)
