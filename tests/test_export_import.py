@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ from turnlog.exporters import (
     export_jsonl,
     export_openai,
     export_sessions,
+    export_to_file,
     jsonl_digest,
 )
 from turnlog.importers import import_file, parse_jsonl
@@ -590,3 +593,75 @@ def test_export_is_listed_with_help_and_json(runner: CliRunner) -> None:
     assert result.exit_code == 0 and "--format [jsonl|openai|anthropic]" in result.output
     assert "jsonl" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
     assert "pydantic-ai" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
+
+
+# --- export --output never harms the store ---------------------------------------------------------
+
+
+def _store_state(db: Path) -> list[tuple[int, str, str]]:
+    with SQLiteStore.open(db, create=False) as opened:
+        assert opened.verify().ok
+        return [(r.position, r.event_id, r.hash) for r in opened.read_session("chat")]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_cli_export_refuses_the_stores_own_files(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+    before = _store_state(db)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    (tmp_path / "link.db").symlink_to(db.name + suffix)
+    targets = [
+        str(db) + suffix,  # the same path
+        f"../a.db{suffix}",  # relative, from another folder
+        f"../sub/../a.db{suffix}",
+        str(tmp_path / "link.db"),  # a symlink to it
+    ]
+    if not suffix:
+        os.link(db, tmp_path / "hard.db")  # another name for the same inode
+        targets.append(str(tmp_path / "hard.db"))
+    for target in targets:
+        result = invoke(runner, Path("../a.db"), "export", "chat", "--output", target)
+        assert result.exit_code == 1, (target, result.output)
+        assert result.output.count("\n") == 1 and "is the store's own file" in result.output, result.output
+        assert _store_state(db) == before
+    assert list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_export_to_file_refuses_the_stores_file_in_the_api(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+        with pytest.raises(InvalidEventError, match="own file"):
+            export_to_file(opened, ["chat"], "jsonl", db)
+        assert opened.verify().ok and opened.head_version("chat") > 0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_cli_export_file_gets_the_users_normal_mode(runner: CliRunner, tmp_path: Path, umask: int) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+    out = tmp_path / "chat.jsonl"
+    previous = os.umask(umask)
+    try:
+        result = invoke(runner, db, "export", "chat", "--output", str(out))
+    finally:
+        os.umask(previous)
+    assert result.exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+    # Replacing a file keeps the mode its owner gave it.
+    out.chmod(0o600)
+    assert invoke(runner, db, "export", "chat", "--output", str(out)).exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_text() == export_text_of(db, "chat")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def export_text_of(db: Path, *session_ids: str) -> str:
+    with SQLiteStore.open(db, create=False) as opened:
+        return export_text(opened, *session_ids)

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import os
+import secrets
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from projections.context import ContextMessage
@@ -30,6 +34,7 @@ from store import (
     MessageAppended,
     RecordedEvent,
     SessionStarted,
+    SQLiteStore,
     ToolReturned,
     UsageRecorded,
 )
@@ -135,6 +140,72 @@ def export_sessions(store: EventStore, session_ids: Sequence[str], fmt: str) -> 
     return iter([json.dumps(document, indent=2, ensure_ascii=False) + "\n"])
 
 
+def export_to_file(
+    store: EventStore, session_ids: Sequence[str], fmt: str, path: str | os.PathLike[str]
+) -> int:
+    """Write the export of ``session_ids`` (see export_sessions) to ``path``; return the bytes
+    written. The file is written beside ``path`` and renamed over it only once complete, so a failed
+    export never leaves a truncated file. A new file gets the user's normal mode (0666 less the
+    umask), a replaced one keeps its own. A path that is the store's own file (or its -wal or -shm)
+    under any name is refused: the rename would destroy the store."""
+    target = Path(path)
+    _refuse_store_file(store, target)
+    chunks = export_sessions(store, session_ids, fmt)  # every session checked before writing
+    return _write_atomically(target, chunks)
+
+
+def _store_files(store: EventStore) -> list[Path]:
+    if not isinstance(store, SQLiteStore):
+        return []
+    name = store.path
+    if name == ":memory:" or name.startswith("file::memory:"):
+        return []
+    if name.startswith("file:"):
+        name = name[len("file:") :].split("?", 1)[0]
+    return [Path(name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+
+
+def _refuse_store_file(store: EventStore, target: Path) -> None:
+    # Compared by resolved path (symlinks, relative paths, "..") and by inode (hard links), since a
+    # store file's -wal or -shm may not exist yet when the export starts.
+    resolved = target.resolve()
+    for own in _store_files(store):
+        same = own.resolve() == resolved
+        if not same and target.exists() and own.exists():
+            same = os.path.samefile(target, own)
+        if same:
+            raise InvalidEventError(
+                f"{target} is the store's own file ({own}): writing the export there would destroy "
+                "the store; choose another --output path"
+            )
+
+
+def _write_atomically(path: Path, chunks: Iterable[str]) -> int:
+    """Write the chunks to a temporary file in ``path``'s folder, then rename it into place."""
+    written = 0
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # os.open applies the umask to 0o666, as creating the file directly would (mkstemp makes 0600).
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                written += len(chunk.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return written
+
+
 def _jsonl_chunks(store: EventStore, session_ids: Sequence[str]) -> Iterator[str]:
     for session_id in session_ids:
         for line in export_jsonl(store, session_id):
@@ -214,5 +285,6 @@ __all__ = [
     "export_jsonl",
     "export_openai",
     "export_sessions",
+    "export_to_file",
     "jsonl_digest",
 ]
