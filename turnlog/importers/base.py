@@ -164,6 +164,27 @@ def arguments_text(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+MAX_TOKEN_COUNT = 2**63 - 1
+"""The largest token count an import accepts: SQLite's largest integer."""
+
+
+def token_count(value: Any, name: str, where: str) -> int:
+    """A token count read from a transcript: an integer from 0 to MAX_TOKEN_COUNT, or an error
+    naming the field. No conversion: 1.5 or "12" is a damaged file, not a count to round."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise InvalidEventError(
+            f"{where}: {name} must be a whole number of tokens from 0 to {MAX_TOKEN_COUNT}, "
+            f"not {short_repr(value)}; fix the file's usage"
+        )
+    return value
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages about hostile input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def is_id(value: Any) -> bool:
     """Whether ``value`` can serve as a session or run id."""
     return isinstance(value, str) and 0 < len(value) <= 200 and not any(c.isspace() for c in value)

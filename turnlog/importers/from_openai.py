@@ -16,7 +16,15 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from turnlog.importers.base import Conversation, arguments_text, fields_of, json_lines, with_derived_ids
+from turnlog.importers.base import (
+    Conversation,
+    arguments_text,
+    fields_of,
+    json_lines,
+    short_repr,
+    token_count,
+    with_derived_ids,
+)
 
 
 def parse_openai(text: str, *, session: str | None = None) -> list[Conversation]:
@@ -85,6 +93,7 @@ def _openai_conversation(document: Any, where: str, session_id: str | None) -> C
         given = meta.get("id") if isinstance(meta.get("id"), str) else None
         canonical = json.dumps(messages, sort_keys=True, ensure_ascii=False)
         session_id = given or "openai-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    where = f"{where} (session {short_repr(session_id)})"
     events: list[Event] = []
 
     def next_id() -> str:
@@ -110,9 +119,11 @@ def _openai_conversation(document: Any, where: str, session_id: str | None) -> C
         with fields_of(position):
             events.append(_openai_message(message, position, next_id(), call_names, legacy_calls))
     usage = meta.get("usage")
-    if isinstance(usage, dict):
+    if usage is not None:
+        if not isinstance(usage, dict):
+            raise InvalidEventError(f"{where}: usage must be an object, not {type(usage).__name__}")
         with fields_of(f"{where}, usage"):
-            events.append(_usage(next_id(), usage, model))
+            events.append(_usage(next_id(), usage, model, f"{where}, usage"))
     return Conversation(session_id, with_derived_ids(session_id, events))
 
 
@@ -185,16 +196,32 @@ def _openai_message(
     )
 
 
-def _usage(event_id: str, usage: dict[str, Any], model: str | None) -> UsageRecorded:
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+def _usage(event_id: str, usage: dict[str, Any], model: str | None, where: str) -> UsageRecorded:
+    """The conversation's usage; every count must be a token count (see token_count)."""
+
+    def section(name: str) -> dict[str, Any]:
+        value = usage.get(name)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise InvalidEventError(f"{where}: {name} must be an object, not {type(value).__name__}")
+        return value
+
+    def count(source: dict[str, Any], *names: str) -> int:
+        for name in names:
+            if source.get(name) is not None:
+                return token_count(source[name], name, where)
+        return 0
+
+    prompt_details = section("prompt_tokens_details")
+    completion_details = section("completion_tokens_details")
     return UsageRecorded(
         event_id=event_id,
         model=model or "unknown",
-        input_tokens=int(usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0),
-        output_tokens=int(usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0),
-        cache_read_tokens=int(prompt_details.get("cached_tokens", 0) or 0),
-        reasoning_tokens=int(completion_details.get("reasoning_tokens", 0) or 0),
+        input_tokens=count(usage, "prompt_tokens", "input_tokens"),
+        output_tokens=count(usage, "completion_tokens", "output_tokens"),
+        cache_read_tokens=count(prompt_details, "cached_tokens"),
+        reasoning_tokens=count(completion_details, "reasoning_tokens"),
     )
 
 

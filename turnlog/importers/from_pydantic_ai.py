@@ -22,6 +22,7 @@ from turnlog.importers.base import (
     fields_of,
     is_id,
     json_lines,
+    token_count,
     with_derived_ids,
 )
 
@@ -222,6 +223,8 @@ class _PydanticAIReader:
                 )
         self.events += native_returns
         usage = message.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise InvalidEventError(f"{where}: usage must be an object, not {type(usage).__name__}")
         if isinstance(usage, dict):
             model = message.get("model_name") if isinstance(message.get("model_name"), str) else None
             recorded = _pai_usage(usage, model or session_model, message, f"{where}, usage")
@@ -319,9 +322,7 @@ def _pai_usage(
             value = source.get(key)
             if value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidEventError(f"{where}: {key} must be a non-negative integer, not {value!r}")
-            return value
+            return token_count(value, key, where)
         return 0
 
     input_tokens = count("input_tokens", "request_tokens")
