@@ -14,6 +14,8 @@ from store import EventStore, InvalidEventError
 from turnlog.importers.base import (
     Conversation,
     ImportResult,
+    check_unicode,
+    decode_text,
     derive_event_id,
     import_conversations,
     with_derived_ids,
@@ -34,19 +36,21 @@ IMPORT_FORMATS: dict[str, Parser] = {
 
 def import_file(
     store: EventStore,
-    text: str,
+    text: str | bytes,
     fmt: str,
     *,
     session: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportResult:
-    """Parse ``text`` in format ``fmt`` and import its conversations (see import_conversations).
-    The whole file is parsed before anything is written. ``progress(done, total)`` counts events,
-    called after each batch."""
+    """Parse ``text`` (str, or bytes of UTF-8) in format ``fmt`` and import its conversations (see
+    import_conversations). The whole file is parsed before anything is written.
+    ``progress(done, total)`` counts events, called after each batch."""
     parser = IMPORT_FORMATS.get(fmt)
     if parser is None:
         raise InvalidEventError(f"unknown import format {fmt!r} (known: {', '.join(IMPORT_FORMATS)})")
-    conversations = parser(text, session=session)
+    if session is not None:
+        check_unicode(session, "--session")
+    conversations = parser(decode_text(text), session=session)
     total = sum(len(c.events) for c in conversations)
     done = 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,85 @@ def arguments_text(arguments: Any) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False)
+
+
+MAX_JSON_DEPTH = 128
+"""The deepest nesting of arrays and objects an import accepts. Deeper data could not be read back:
+pydantic-core's JSON parser stops at about 200 levels and SQLite's JSON functions soon after."""
+
+# A JSON escape of a UTF-16 surrogate: only text holding one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def decode_text(data: str | bytes, what: str = "the file") -> str:
+    """An import's input as text: bytes must be UTF-8 (a leading byte order mark is dropped), and
+    text must be valid Unicode (no lone surrogates), or the error says where it is not."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise InvalidEventError(
+                f"{what} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                f"(line {line}) cannot be decoded; convert the file to UTF-8 (e.g. with iconv)"
+            ) from None
+        return text.removeprefix("\ufeff")
+    check_unicode(data, what)
+    return data.removeprefix("\ufeff")
+
+
+def check_unicode(text: str, where: str) -> None:
+    """Refuse a string holding a lone surrogate (UTF-8 cannot store it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(
+            f"{where}: the text {short_repr(text)} holds a lone surrogate "
+            f"({text[exc.start : exc.end]!r}), which is not valid Unicode; fix the text (e.g. "
+            "replace it with U+FFFD)"
+        ) from None
+
+
+def load_json(text: str, where: str) -> Any:
+    """``json.loads`` for input from outside: malformed JSON raises json.JSONDecodeError (callers
+    word it), nesting deeper than MAX_JSON_DEPTH and lone surrogates (``"\\ud800"``) raise
+    InvalidEventError naming ``where``. Checked without recursion, so no input can exhaust the
+    stack."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        data = None
+        too_deep = True
+    else:
+        too_deep = _too_deep(data, check_strings=_SURROGATE_ESCAPE.search(text) is not None, where=where)
+    if too_deep:
+        raise InvalidEventError(
+            f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep; turnlog refuses deeper "
+            "nesting (it could not be read back): flatten the data"
+        )
+    return data
+
+
+def _too_deep(data: Any, *, check_strings: bool, where: str) -> bool:
+    """Whether ``data`` nests deeper than MAX_JSON_DEPTH; with ``check_strings``, every key and
+    string is also checked for lone surrogates."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            for key, item in value.items():
+                if check_strings:
+                    check_unicode(key, where)
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            stack.extend((item, depth + 1) for item in value)
+        elif check_strings and isinstance(value, str):
+            check_unicode(value, where)
+    return False
 
 
 MAX_TOKEN_COUNT = 2**63 - 1

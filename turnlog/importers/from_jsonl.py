@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from store import Event, InvalidEventError, SessionStarted, parse_event
-from turnlog.importers.base import Conversation, json_lines
+from turnlog.importers.base import Conversation, json_lines, load_json
 
 
 def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
@@ -25,7 +25,7 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
             continue
         where = f"line {number}"
         try:
-            data = json.loads(line)
+            data = load_json(line, where)
         except json.JSONDecodeError as exc:
             raise InvalidEventError(
                 f"{where}: malformed JSON ({exc.msg}); a turnlog jsonl export has one JSON object per line"

@@ -21,6 +21,7 @@ from turnlog.importers.base import (
     arguments_text,
     fields_of,
     json_lines,
+    load_json,
     short_repr,
     token_count,
     with_derived_ids,
@@ -52,7 +53,7 @@ def _documents(text: str) -> Iterator[tuple[str, Any]]:
     if not stripped:
         return
     try:
-        document = json.loads(stripped)
+        document = load_json(stripped, "the file")
     except json.JSONDecodeError as exc:
         if "\n" not in stripped:
             raise InvalidEventError(f"malformed JSON: {exc.msg} at line {exc.lineno}") from None
@@ -60,7 +61,7 @@ def _documents(text: str) -> Iterator[tuple[str, Any]]:
             if not line.strip():
                 continue
             try:
-                yield f"line {number}", json.loads(line)
+                yield f"line {number}", load_json(line, f"line {number}")
             except json.JSONDecodeError as line_exc:
                 raise InvalidEventError(f"line {number}: malformed JSON: {line_exc.msg}") from None
         return

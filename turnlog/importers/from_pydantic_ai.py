@@ -22,6 +22,7 @@ from turnlog.importers.base import (
     fields_of,
     is_id,
     json_lines,
+    load_json,
     token_count,
     with_derived_ids,
 )
@@ -90,14 +91,14 @@ def _json_documents(text: str, what: str) -> Iterator[tuple[str, Any]]:
     if not stripped:
         return
     try:
-        yield "history", json.loads(stripped)
+        yield "history", load_json(stripped, "the file")
         return
     except json.JSONDecodeError as exc:
         whole = InvalidEventError(f"malformed JSON: {exc.msg} at line {exc.lineno}; expected a {what}")
     lines = [(n, line) for n, line in enumerate(json_lines(stripped), 1) if line.strip()]
     for index, (number, line) in enumerate(lines):
         try:
-            document = json.loads(line)
+            document = load_json(line, f"line {number}")
         except json.JSONDecodeError as exc:
             if index == 0:
                 raise whole from None
