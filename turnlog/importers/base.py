@@ -19,10 +19,10 @@ from store import (
     EventStore,
     InvalidEventError,
     SessionStarted,
+    UnknownEventError,
 )
 from store.errors import DuplicateEventError
 from store.events import describe_validation_error
-from store.sqlite import MAX_BATCH
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Conversation:
 
     session_id: str
     events: tuple[Event, ...]
+    recorded_at: tuple[str, ...] | None = None
+    """Each event's original time of recording, when the file keeps it (turnlog's jsonl does)."""
 
 
 @dataclass
@@ -58,52 +60,109 @@ def with_derived_ids(session_id: str, events: Sequence[Event]) -> tuple[Event, .
     )
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What to write for one conversation: the events after the session's stored head."""
+
+    conversation: Conversation
+    head: int
+    rest: tuple[Event, ...]
+    times: tuple[str, ...] | None
+
+
 def import_conversations(
     store: EventStore,
     conversations: Sequence[Conversation],
     *,
     progress: Callable[[int], None] | None = None,
 ) -> ImportResult:
-    """Append each conversation as one session, atomically. A session already imported is skipped;
-    one imported from a shorter version of the transcript gets the new events appended.
+    """Append each conversation as one session. A session already imported is skipped; one
+    imported from a shorter version of the transcript gets the new events appended.
 
-    Every session is checked before anything is written (a name taken by another session, a fork
-    whose parent is missing, a tokenizer that differs from the store's), so such a file changes
-    nothing. ``progress(n)`` is called with the number of events handled after each batch."""
+    The whole input is checked before anything is written: a session id given to two conversations
+    of the file, an event id used twice or already stored in another session, a name taken by
+    another session, a fork whose parent is missing, a tokenizer that differs from the store's. Then
+    each session is stored in one transaction, whatever its size: a reader never sees part of one,
+    and an import that is interrupted (killed, disk full) leaves whole sessions only, so running it
+    again finishes it. The file as a whole is not one transaction: that would hold the store's write
+    lock, and stop every other writer, for the length of the import. ``progress(n)`` is called with
+    the number of events handled after each session."""
+    _refuse_duplicates(conversations)
     plans = [
         _plan(store, conversation, conversations[:index]) for index, conversation in enumerate(conversations)
     ]
+    _refuse_ids_stored_elsewhere(store, plans)
     result = ImportResult()
-    for conversation, (head, rest) in zip(conversations, plans, strict=True):
-        expected = NO_SESSION if head == 0 else head
-        skipped = len(conversation.events) - len(rest)
+    for plan in plans:
+        conversation = plan.conversation
+        skipped = len(conversation.events) - len(plan.rest)
         if progress is not None and skipped:
             progress(skipped)
-        # A session larger than one append allows goes in several batches; were one of them to
-        # fail, re-running the import appends the rest (the stored part is a prefix of the file's).
-        for start in range(0, len(rest), MAX_BATCH):
-            batch = rest[start : start + MAX_BATCH]
-            records = store.append(conversation.session_id, batch, expected_version=expected)
-            expected = records[-1].version
+        if plan.rest:
+            store.append(
+                conversation.session_id,
+                plan.rest,
+                expected_version=NO_SESSION if plan.head == 0 else plan.head,
+                recorded_at=plan.times,
+                bounded=False,
+            )
             if progress is not None:
-                progress(len(batch))
+                progress(len(plan.rest))
         result.sessions.append(
             {
                 "session_id": conversation.session_id,
                 "events": len(conversation.events),
-                "appended": len(rest),
+                "appended": len(plan.rest),
                 "skipped": skipped,
             }
         )
     return result
 
 
-def _plan(
-    store: EventStore, conversation: Conversation, earlier: Sequence[Conversation]
-) -> tuple[int, list[Event]]:
+def _refuse_duplicates(conversations: Sequence[Conversation]) -> None:
+    """A session id or an event id that the file gives twice: stored, the second would fail
+    halfway through the import."""
+    sessions: dict[str, int] = {}
+    events: dict[str, str] = {}
+    for number, conversation in enumerate(conversations, 1):
+        sid = conversation.session_id
+        if sid in sessions:
+            raise InvalidEventError(
+                f"conversations {sessions[sid]} and {number} of the file are both session {short_repr(sid)}: "
+                "give each conversation its own id, or import them one at a time"
+            )
+        sessions[sid] = number
+        for event in conversation.events:
+            other = events.setdefault(event.event_id, sid)
+            if other != sid:
+                raise InvalidEventError(
+                    f"event id {short_repr(event.event_id)} appears twice in the file (sessions "
+                    f"{short_repr(other)} and {short_repr(sid)}): event ids are unique in a store"
+                )
+
+
+def _refuse_ids_stored_elsewhere(store: EventStore, plans: Sequence[_Plan]) -> None:
+    for plan in plans:
+        for event in plan.rest:
+            try:
+                found = store.get_event(event.event_id)
+            except UnknownEventError:
+                continue
+            sid = plan.conversation.session_id
+            raise DuplicateEventError(
+                f"event id {short_repr(event.event_id)} of session {short_repr(sid)} is already stored "
+                f"in session {short_repr(found.session_id)}: this file (or part of it) "
+                "was imported under another name; import it into another store"
+            )
+
+
+def _plan(store: EventStore, conversation: Conversation, earlier: Sequence[Conversation]) -> _Plan:
     """The session's head version and the events still to append, or an error naming the problem."""
     sid = conversation.session_id
-    events = list(conversation.events)
+    events = conversation.events
+    times = conversation.recorded_at
+    if times is not None and len(times) != len(events):
+        raise InvalidEventError(f"session {short_repr(sid)}: {len(times)} times for {len(events)} events")
     first = events[0] if events else None
     if isinstance(first, SessionStarted):
         if first.tokenizer is not None and first.tokenizer != store.tokenizer.name:
@@ -122,9 +181,14 @@ def _plan(
                     f"which neither this store nor the file before it holds: import (or export) the "
                     "parent first"
                 )
+    for index, event in enumerate(events[1:], 2):
+        if isinstance(event, SessionStarted):
+            raise InvalidEventError(
+                f"session {short_repr(sid)}: event {index} is a session_started; it can only be the first"
+            )
     head = store.head_version(sid)
     if head == 0:
-        return 0, events
+        return _Plan(conversation, 0, events, times)
     own = store.read_session(sid, own=True)
     stored_ids = [r.event_id for r in own[: len(events)]]
     if stored_ids != [e.event_id for e in events[: len(stored_ids)]]:
@@ -132,13 +196,13 @@ def _plan(
             f"session {sid!r} already exists and was not imported from this file; "
             "choose another name with --session"
         )
-    rest = events[len(stored_ids) :]
-    if rest and len(own) != len(stored_ids):
+    done = len(stored_ids)
+    if done < len(events) and len(own) != done:
         raise DuplicateEventError(
             f"session {sid!r} has events appended after its import; "
             "import the grown file under another name with --session"
         )
-    return head, rest
+    return _Plan(conversation, head, events[done:], None if times is None else times[done:])
 
 
 def json_lines(text: str) -> list[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+from typing import Any
 
 from store import Event, InvalidEventError, SessionStarted, parse_event
 from turnlog.importers.base import Conversation, json_lines, load_json
@@ -15,10 +17,14 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
     The events keep their ids, types, schema versions and fields; they are appended again through
     the normal append path, so the new store's hash chain is its own. A line whose ``digest`` does
     not match its content is refused. A forked session must come after its parent. ``session``
-    renames the sessions (``NAME-1``, ``NAME-2``... when there are several; forks follow)."""
+    renames the sessions (``NAME-1``, ``NAME-2``... when there are several; forks follow).
+
+    Each event keeps its ``recorded_at`` (when every line of its session has one), so a restored
+    store's per-day audit is the source's; positions, hashes and ``prev_hash`` are the new store's."""
     from turnlog.exporters import jsonl_digest  # the format is defined next to its writer
 
     groups: dict[str, list[Event]] = {}
+    times: dict[str, list[str | None]] = {}
     bases: dict[str, int] = {}
     for number, line in enumerate(json_lines(text), 1):
         if not line.strip():
@@ -69,6 +75,7 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
         if "schema_version" in data:
             fields["schema_version"] = data["schema_version"]
         events.append(parse_event(fields, where=f"{where} (session {sid!r} version {version})"))
+        times.setdefault(sid, []).append(_recorded_at(data.get("recorded_at"), where))
     if not groups:
         raise InvalidEventError("the file holds no events")
     order = list(groups)
@@ -92,8 +99,26 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
         if fork is not None and fork.session_id in names:
             renamed = fork.model_copy(update={"session_id": names[fork.session_id]})
             events = [first.model_copy(update={"parent": renamed}), *events[1:]]
-        conversations.append(Conversation(names[sid], tuple(events)))
+        kept = times[sid]
+        recorded_at = None if None in kept else tuple(t for t in kept if t is not None)
+        conversations.append(Conversation(names[sid], tuple(events), recorded_at))
     return conversations
+
+
+def _recorded_at(value: Any, where: str) -> str | None:
+    """The line's time of recording, in the store's format (UTC, microseconds), if it has one."""
+    if value is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidEventError(
+            f"{where}: recorded_at {str(value)[:60]!r} is not an ISO 8601 time with a UTC offset "
+            "(such as 2025-01-31T12:00:00.000000+00:00)"
+        )
+    return when.astimezone(datetime.UTC).isoformat(timespec="microseconds")
 
 
 _JSONL_REQUIRED = ("session_id", "version", "event_id", "type", "event")
