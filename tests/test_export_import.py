@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextPolicy, build_context
+from projections.context import INTERRUPTED, ContextPolicy, build_context
 from store import (
     EVENT_CLASSES,
     INLINE_LIMIT,
@@ -838,3 +838,87 @@ def test_append_with_given_times_checks_them(store: SQLiteStore) -> None:
     ]
     assert [r.recorded_at for r in store.read_session("s")] == [r.recorded_at for r in records]
     assert store.verify().ok
+
+
+# --- dangling tool calls: a marked "interrupted" result in the transcript formats, never imported ---
+
+
+def dangling(store: SQLiteStore) -> None:
+    store.append(
+        "crashed",
+        [
+            SessionStarted(title="crashed"),
+            MessageAppended(role="user", content="Run both."),
+            MessageAppended(
+                role="assistant",
+                tool_calls=(
+                    ToolCall(id="done", name="ls", arguments="{}"),
+                    ToolCall(id="lost", name="rm", arguments='{"path": "x"}'),
+                ),
+            ),
+            ToolReturned(tool_call_id="done", tool_name="ls", content="a b"),
+            MessageAppended(role="user", content="Still there?"),
+            MessageAppended(role="assistant", tool_calls=(ToolCall(id="last", name="ls", arguments="{}"),)),
+        ],
+    )
+
+
+def test_openai_export_gives_each_dangling_call_a_marked_interrupted_result(store: SQLiteStore) -> None:
+    dangling(store)
+    document = export_openai(store, "crashed")
+    roles = [(m["role"], m.get("tool_call_id")) for m in document["messages"]]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "done"),
+        ("tool", "lost"),
+        ("user", None),
+        ("assistant", None),
+        ("tool", "last"),
+    ]
+    synthesized = [m for m in document["messages"] if m.get("tool_call_id") in ("lost", "last")]
+    assert all(m["content"] == INTERRUPTED for m in synthesized)
+    assert document["turnlog_synthesized_results"] == ["lost", "last"]
+
+
+def test_anthropic_export_pairs_every_tool_use(store: SQLiteStore) -> None:
+    dangling(store)
+    turns = export_anthropic(store, "crashed")["messages"]
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    results = {b["tool_use_id"]: b for t in turns for b in t["content"] if b["type"] == "tool_result"}
+    assert uses == ["done", "lost", "last"] and set(results) == set(uses)
+    assert results["lost"]["content"] == INTERRUPTED and results["lost"]["is_error"] is True
+    assert turns[-1]["role"] == "user"  # the API needs the result after the last tool_use
+
+
+@pytest.mark.parametrize("marker", [True, False])
+def test_a_synthesized_result_read_back_is_dropped(
+    store: SQLiteStore, other: SQLiteStore, marker: bool
+) -> None:
+    dangling(store)
+    document = export_openai(store, "crashed")
+    if not marker:  # the plain list of messages, as one would send it to the API
+        document = document["messages"]
+    import_file(other, json.dumps(document), "openai", session="back")
+    returns = [r.event for r in other.read_session("back") if isinstance(r.event, ToolReturned)]
+    assert [r.tool_call_id for r in returns] == ["done"]
+    assert all(r.content != INTERRUPTED for r in returns)
+    # Exported again, the session gives the same transcript: the calls are still dangling.
+    again = export_openai(other, "back")
+    assert again["messages"] == export_openai(store, "crashed")["messages"]
+
+
+def test_a_listed_result_that_is_not_the_marker_is_kept(other: SQLiteStore) -> None:
+    document = {
+        "messages": [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "a real result"},
+        ],
+        "turnlog_synthesized_results": ["c"],
+    }
+    import_file(other, json.dumps(document), "openai", session="s")
+    assert [r.type for r in other.read_session("s")][-1] == "tool_returned"

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from projections.context import ContextMessage
+from projections.context import INTERRUPTED, ContextMessage
 from projections.formats import to_anthropic, to_openai
 from store import (
     EventStore,
@@ -43,6 +43,9 @@ ExportFormat = Literal["jsonl", "openai", "anthropic"]
 
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("jsonl", "openai", "anthropic")
 """The formats ``export_sessions`` writes."""
+
+SYNTHESIZED_KEY = "turnlog_synthesized_results"
+"""The key of an OpenAI export listing the call ids whose result turnlog synthesized."""
 
 _DIGESTED = ("session_id", "version", "event_id", "type", "schema_version", "event")
 _PAGE = 1000
@@ -82,12 +85,17 @@ def export_openai(store: EventStore, session_id: str) -> dict[str, Any]:
     """The whole session as an OpenAI chat-completions transcript, ``{"id", "title", "model",
     "messages"}``, plus ``usage`` (the sum of the session's recorded usage) when there is any.
 
+    A tool call that never got a result (the agent was interrupted) gets the synthesized result
+    the context builder gives it (INTERRUPTED, an error), since the API refuses a call without
+    one; their call ids are listed under SYNTHESIZED_KEY, and turnlog's importer drops them.
+
     Messages and tool returns are kept in log order, whole (no budget, no capping); other events
     (todos, artifacts, runs, pins) have no place in the format and are left out. turnlog's OpenAI
     importer reads the result back."""
     records = _records(store, session_id)
     started = _started(records)
-    messages = [to_openai(m) for m in _messages(records)]
+    paired = _with_interrupted_results(_messages(records))
+    messages = [to_openai(m) for m in paired]
     usages = [r.event for r in records if isinstance(r.event, UsageRecorded)]
     model = started.model if started and started.model else (usages[-1].model if usages else None)
     out: dict[str, Any] = {
@@ -106,6 +114,9 @@ def export_openai(store: EventStore, session_id: str) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": sum(u.cache_read_tokens for u in usages)},
             "completion_tokens_details": {"reasoning_tokens": sum(u.reasoning_tokens for u in usages)},
         }
+    synthesized = [m.tool_call_id for m in paired if m.mode == "synthesized"]
+    if synthesized:
+        out[SYNTHESIZED_KEY] = synthesized
     return out
 
 
@@ -113,8 +124,9 @@ def export_anthropic(store: EventStore, session_id: str) -> dict[str, Any]:
     """The whole session in the Anthropic Messages format, ``{"system", "messages"}``: the system
     messages before the first turn make ``system``; assistant tool calls are ``tool_use`` blocks,
     tool returns ``tool_result`` blocks (``is_error`` kept) in the next user turn; consecutive
-    blocks of one role are merged into one turn, as the API requires."""
-    return to_anthropic(_messages(_records(store, session_id)))
+    blocks of one role are merged into one turn, as the API requires. A call that never got a
+    result gets the synthesized INTERRUPTED one, as in export_openai."""
+    return to_anthropic(_with_interrupted_results(_messages(_records(store, session_id))))
 
 
 def export_sessions(store: EventStore, session_ids: Sequence[str], fmt: str) -> Iterator[str]:
@@ -241,6 +253,36 @@ def _started(records: Sequence[RecordedEvent]) -> SessionStarted | None:
     return event if isinstance(event, SessionStarted) else None
 
 
+def _with_interrupted_results(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
+    """The messages with a synthesized INTERRUPTED result after the results of each assistant
+    message whose calls got none in the session (the results the provider needs, never logged)."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    out: list[ContextMessage] = []
+    pending: list[ContextMessage] = []
+    for message in messages:
+        if pending and message.role != "tool":
+            out += pending
+            pending = []
+        out.append(message)
+        if message.role == "assistant":
+            pending = [
+                ContextMessage(
+                    role="tool",
+                    content=INTERRUPTED,
+                    tokens=0,
+                    mode="synthesized",
+                    category="tool_output",
+                    event_ids=message.event_ids,
+                    order=(message.order[0], 1000 + index),
+                    tool_call_id=call.id,
+                    is_error=True,
+                )
+                for index, call in enumerate(message.tool_calls)
+                if call.id not in answered
+            ]
+    return out + pending
+
+
 def _messages(records: Sequence[RecordedEvent]) -> list[ContextMessage]:
     """The conversation's messages in log order, as the renderers of built contexts take them
     (tokens are not needed for an export and are left at zero)."""
@@ -280,6 +322,7 @@ def _messages(records: Sequence[RecordedEvent]) -> list[ContextMessage]:
 
 __all__ = [
     "EXPORT_FORMATS",
+    "SYNTHESIZED_KEY",
     "ExportFormat",
     "export_anthropic",
     "export_jsonl",

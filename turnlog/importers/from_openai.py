@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from projections.context import INTERRUPTED
 from store import (
     Event,
     InvalidEventError,
@@ -117,6 +118,8 @@ def _openai_conversation(document: Any, where: str, session_id: str | None) -> C
         position = f"{where}, message {index}"
         if not isinstance(message, dict):
             raise InvalidEventError(f"{position}: expected an object, got {type(message).__name__}")
+        if _synthesized(message):
+            continue
         with fields_of(position):
             events.append(_openai_message(message, position, next_id(), call_names, legacy_calls))
     usage = meta.get("usage")
@@ -126,6 +129,13 @@ def _openai_conversation(document: Any, where: str, session_id: str | None) -> C
         with fields_of(f"{where}, usage"):
             events.append(_usage(next_id(), usage, model, f"{where}, usage"))
     return Conversation(session_id, with_derived_ids(session_id, events))
+
+
+def _synthesized(message: dict[str, Any]) -> bool:
+    """Whether the message is a result turnlog made up for a call that got none (an export's or a
+    built context's, listed under SYNTHESIZED_KEY in an export): read back, it would become a
+    tool_returned that never happened."""
+    return message.get("role") == "tool" and message.get("content") == INTERRUPTED
 
 
 def _openai_message(
