@@ -294,8 +294,9 @@ def verify(ctx: _Context, as_json: bool) -> None:
 def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
     """Import FILE ('-' for standard input) as sessions, one per conversation.
 
-    Safe to re-run: an already imported conversation is skipped, a grown one gets its new
-    messages appended.
+    The whole file is checked before anything is written; then each conversation is stored
+    whole, in one transaction. Safe to re-run: an already imported conversation is skipped, a
+    grown one gets its new messages appended, and an interrupted import is finished.
 
     \b
     Example:
