@@ -294,17 +294,19 @@ def verify(ctx: _Context, as_json: bool) -> None:
 def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
     """Import FILE ('-' for standard input) as sessions, one per conversation.
 
-    Safe to re-run: an already imported conversation is skipped, a grown one gets its new
-    messages appended.
+    The whole file is checked before anything is written; then each conversation is stored
+    whole, in one transaction. Safe to re-run: an already imported conversation is skipped, a
+    grown one gets its new messages appended, and an interrupted import is finished.
 
     \b
     Example:
       turnlog import chat.json --format openai --session support-42
     """
-    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    # Bytes: the importer decodes them and names the first byte that is not UTF-8.
+    data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     bar = _ProgressBar("importing", enabled=not quiet and not as_json)
     with ctx.open(create=True) as store, bar:
-        result = import_file(store, text, fmt, session=session, progress=bar.update)
+        result = import_file(store, data, fmt, session=session, progress=bar.update)
     emit(
         result.sessions,
         as_json=as_json,
