@@ -36,7 +36,9 @@ from turnlog.importers import IMPORT_FORMATS, import_file
 from turnlog.output import (
     at_option,
     describe,
+    echo,
     emit,
+    escape_text,
     input_file_option,
     json_option,
     max_tool_tokens_option,
@@ -48,15 +50,48 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Group(click.Group):
-    """Turns library errors into one clear line and exit status 1, never a traceback."""
+    """Turns library errors into one clear line and exit status 1, never a traceback; every error
+    message is escaped, since it may quote what was given (a session id holding ESC)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            _check_arguments(args)
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            raise _escaped(exc) from exc.__cause__
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from exc
-        except OSError as exc:
-            raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from exc
+            try:
+                return super().invoke(ctx)
+            except StoreError as exc:
+                raise click.ClickException(str(exc)) from exc
+            except OSError as exc:
+                raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from exc
+        except click.ClickException as exc:
+            raise _escaped(exc) from exc.__cause__
+
+
+def _escaped(exc: click.ClickException) -> click.ClickException:
+    # Escaped in place, so click's own subclasses keep their usage line, hint and exit status.
+    exc.message = escape_text(exc.message)  # type: ignore[misc]
+    return exc
+
+
+def _check_arguments(args: list[str]) -> None:
+    """Refuse an argument that is not UTF-8: Python hands its undecodable bytes over as lone
+    surrogates, which no file name, session id or text field can hold, and which would fail deep
+    inside a command with a traceback."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise click.UsageError(
+                f"argument {number} ({escape_text(arg)}) is not valid UTF-8: give every argument as "
+                "UTF-8 text"
+            ) from None
 
 
 class _Context:
@@ -396,9 +431,9 @@ def context(
     with ctx.open() as store:
         built = build_context(store, session, policy, at=at, record=record)
     if fmt == "text" and not as_json:
-        click.echo(built.rendered)
+        echo(built.rendered)
         if manifest:
-            click.echo("\n" + _manifest_table(built.manifest()))
+            echo("\n" + _manifest_table(built.manifest()))
         return
     data: Any = built.rendered
     if manifest or as_json:

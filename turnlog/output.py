@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -12,6 +13,55 @@ from store import RecordedEvent
 from store.events import MessageAppended, ToolReturned
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What stored text must never send to a terminal as it is: C0 controls but newline and tab (ESC
+# starts colour, cursor and title sequences; BEL ends OSC titles; CR overwrites a line), DEL, the C1
+# controls (0x9b is a one-byte CSI on some terminals), the bidi and line-separator format characters
+# that reorder or split what is shown (U+202E makes `exe.txt` of `txt.exe`), and lone surrogates
+# (undecodable bytes of an argument, which cannot even be written as UTF-8).
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def escape_text(text: str) -> str:
+    """``text`` with every control or format character that a terminal would act on shown as an
+    escape (``\\x1b``, ``\\u202e``); newline and tab stay. The result holds only printable
+    characters, so escaping it again changes nothing."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def escape_json(text: str) -> str:
+    """JSON text (from ``json.dumps``, which escapes C0 itself) with DEL, C1, bidi controls and lone
+    surrogates escaped as ``\\uXXXX`` too: the same JSON value, safe on a terminal. These characters
+    can only occur inside JSON strings, where ``\\uXXXX`` means the same."""
+    return _UNSAFE.sub(_json_escape, text)
+
+
+def dumps(data: Any, *, indent: int | None = 2) -> str:
+    """``data`` as JSON text safe to print: non-ASCII text stays readable, controls are escaped."""
+    return escape_json(json.dumps(data, indent=indent, ensure_ascii=False, default=str))
+
+
+def echo(text: str = "", *, nl: bool = True, err: bool = False) -> None:
+    """Print text for people: the CLI's only way to print text, so stored text with escape
+    sequences is shown, never obeyed, on a terminal as well as through a pipe."""
+    click.echo(escape_text(text), nl=nl, err=err)
+
+
+def echo_json_chunks(chunks: Iterable[str]) -> None:
+    """Print JSON text (an export) chunk by chunk, escaped as :func:`escape_json` does."""
+    for chunk in chunks:
+        click.echo(escape_json(chunk), nl=False)
 
 
 def json_option(command: F) -> F:
@@ -56,18 +106,19 @@ def emit(
     """Print ``data``: as JSON with ``--json``; else as a table of ``columns`` (rows are dicts), or
     as ``text`` when given."""
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        click.echo(dumps(data))
     elif text is not None:
-        click.echo(text)
+        echo(text)
     elif columns is not None:
-        click.echo(table(data, columns))
+        echo(table(data, columns))
     else:
-        click.echo(str(data))
+        echo(str(data))
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """Rows as aligned columns under a header."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    # Escaped before measuring, so the columns line up with what is printed.
+    cells = [[escape_text(_cell(row.get(c))) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
@@ -103,7 +154,8 @@ def _compact(value: Any) -> str:
 
 
 def short(text: str, width: int) -> str:
-    flat = " ".join(text.split())
+    """``text`` on one line, escaped, cut to ``width`` characters."""
+    flat = escape_text(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

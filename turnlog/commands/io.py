@@ -12,7 +12,7 @@ import click
 
 from turnlog.cli import _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions
-from turnlog.output import emit, json_option
+from turnlog.output import echo_json_chunks, emit, json_option
 
 
 @cli.command()
@@ -50,8 +50,7 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
     with ctx.open() as store:
         chunks = export_sessions(store, sessions, fmt)
         if output == "-":
-            for chunk in chunks:
-                click.echo(chunk, nl=False)
+            echo_json_chunks(chunks)
             return
         written = _write_atomically(Path(output), chunks)
     data = {"sessions": list(sessions), "format": fmt, "path": output, "bytes": written}

@@ -3,7 +3,6 @@ definition for a provider, or print its cards."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -112,7 +111,7 @@ def schema(fmt: str) -> None:
       turnlog tool schema --format anthropic > turnlog_tool.json
     """
     provider: Provider = "anthropic" if fmt == "anthropic" else "openai"
-    click.echo(json.dumps(tool_definition(provider), indent=2, ensure_ascii=False))
+    emit(tool_definition(provider), as_json=True)
 
 
 @tool.command("help")
