@@ -64,6 +64,24 @@ def echo_json_chunks(chunks: Iterable[str]) -> None:
         click.echo(escape_json(chunk), nl=False)
 
 
+MAX_INT64 = 2**63 - 1
+"""The largest log position or version: SQLite's INTEGER, and what any count here stays under."""
+
+MAX_TOKENS = 100_000_000
+"""The largest token budget or cap an option takes: far above any model's context window."""
+
+
+def int_range(min: int, max: int = MAX_INT64) -> click.IntRange:
+    """An integer option's type, always bounded: a number the store cannot hold (``--at 2**63``) is
+    a usage error naming the range, never an overflow deep inside a command."""
+    return click.IntRange(min=min, max=max)
+
+
+def tokens_range(min: int) -> click.IntRange:
+    """The type of a token budget or cap option."""
+    return click.IntRange(min=min, max=MAX_TOKENS)
+
+
 def json_option(command: F) -> F:
     """The shared ``--json`` flag."""
     return click.option("--json", "as_json", is_flag=True, help="Print the data as JSON instead of text.")(
@@ -73,7 +91,7 @@ def json_option(command: F) -> F:
 
 def at_option(help: str = "As of this log position.") -> Callable[[F], F]:
     """The shared ``--at POSITION`` option (replay: everything as it was at that point of the log)."""
-    return click.option("--at", type=click.IntRange(min=1), help=help)
+    return click.option("--at", type=int_range(1), help=help)
 
 
 def max_tool_tokens_option(help: str) -> Callable[[F], F]:
@@ -81,7 +99,7 @@ def max_tool_tokens_option(help: str) -> Callable[[F], F]:
     from projections.capping import MIN_CAP
 
     return click.option(
-        "--max-tool-tokens", type=click.IntRange(min=MIN_CAP), default=1000, show_default=True, help=help
+        "--max-tool-tokens", type=tokens_range(MIN_CAP), default=1000, show_default=True, help=help
     )
 
 
@@ -90,10 +108,49 @@ def input_file_option(what: str) -> Callable[[F], F]:
     return click.option(
         "--file",
         "source",
-        type=click.File("r", encoding="utf-8"),
+        type=click.File("rb"),
         default="-",
         help=f"Read {what} from this file instead of standard input.",
     )
+
+
+MAX_JSON_DEPTH = 128
+"""Levels of JSON nesting an input may have (pydantic-core's parser stops at about 200)."""
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+
+
+def read_text(source: Any) -> str:
+    """The whole of an input file opened in binary (``--file``, ``--write``) as text: bytes that
+    are not UTF-8 are one clear error, not a traceback."""
+    data: bytes = source.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        name = getattr(source, "name", "<stdin>")
+        where = "standard input" if name in ("<stdin>", "-") else str(name)
+        raise click.ClickException(
+            f"{escape_text(where)} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+            "give JSON in UTF-8"
+        ) from None
+
+
+def check_json_depth(text: str, what: str, limit: int = MAX_JSON_DEPTH, *, wrapping: int = 0) -> None:
+    """Refuse JSON nested deeper than ``limit`` before it is parsed: Python's parser fails on deep
+    nesting with a RecursionError, and what it does read, SQLite's JSON functions and pydantic-core
+    cannot read back. Brackets inside strings do not count; ``wrapping`` levels (a list of events
+    around the fields that are limited) come on top."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = text[match.start()]
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit + wrapping:
+                raise click.ClickException(
+                    f"{what}: JSON nested more than {limit} levels deep: flatten it (at most {limit} levels)"
+                )
+        elif token in ("]", "}"):
+            depth -= 1
 
 
 def emit(

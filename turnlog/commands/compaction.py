@@ -11,13 +11,21 @@ from projections.context import ContextPolicy
 from projections.summaries import list_summaries
 from turnlog.cli import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
-from turnlog.output import at_option, emit, json_option, max_tool_tokens_option, table
+from turnlog.output import (
+    at_option,
+    emit,
+    int_range,
+    json_option,
+    max_tool_tokens_option,
+    table,
+    tokens_range,
+)
 from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
 
 @cli.command("compact")
 @click.argument("session")
-@click.option("--budget", type=click.IntRange(min=1), required=True, help="The context budget to fit.")
+@click.option("--budget", type=tokens_range(1), required=True, help="The context budget to fit.")
 @click.option(
     "--summarizer",
     type=click.Choice(["extractive", "openai", "command"]),
@@ -26,7 +34,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
     help="Who writes the summaries (extractive: offline and deterministic).",
 )
 @click.option(
-    "--keep-last", type=click.IntRange(min=0), default=20, show_default=True, help="Newest messages kept raw."
+    "--keep-last", type=int_range(0), default=20, show_default=True, help="Newest messages kept raw."
 )
 @click.option(
     "--trigger",
@@ -37,7 +45,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
 )
 @click.option(
     "--summary-tokens",
-    type=click.IntRange(min=32),
+    type=tokens_range(32),
     default=400,
     show_default=True,
     help="Target size of each summary.",
@@ -49,7 +57,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
 @click.option("--command", "command_line", help="command: the program (reads the transcript on stdin).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=0.1, max=86400),
     default=60.0,
     show_default=True,
     help="openai/command: seconds before giving up.",

@@ -8,21 +8,30 @@ from projections.context import ContextPolicy
 from projections.formats import render
 from projections.replay import replay as replay_calls
 from turnlog.cli import _Context, _manifest_table, cli, pass_ctx
-from turnlog.output import at_option, echo, emit, json_option, max_tool_tokens_option, table
+from turnlog.output import (
+    at_option,
+    echo,
+    emit,
+    int_range,
+    json_option,
+    max_tool_tokens_option,
+    table,
+    tokens_range,
+)
 
 
 @cli.command()
 @click.argument("session")
 @click.option(
     "--budget",
-    type=click.IntRange(min=1),
+    type=tokens_range(1),
     default=8000,
     show_default=True,
     help="Policy for calls without a recorded manifest: the budget.",
 )
 @max_tool_tokens_option("Policy for calls without a recorded manifest: the tool output cap.")
 @at_option("Only the calls made up to this log position.")
-@click.option("--call", "show_call", type=click.IntRange(min=1), help="Print the context of call N in full.")
+@click.option("--call", "show_call", type=int_range(1), help="Print the context of call N in full.")
 @json_option
 @pass_ctx
 def replay(

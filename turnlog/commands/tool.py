@@ -10,7 +10,7 @@ import click
 
 from store import load_tokenizer
 from turnlog.cli import _Context, cli, pass_ctx
-from turnlog.output import emit, input_file_option, json_option
+from turnlog.output import emit, input_file_option, json_option, tokens_range
 from turnlog.tool import (
     DEFAULT_MAX_TOKENS,
     METHODS,
@@ -40,7 +40,7 @@ def tool() -> None:
 @click.argument("session")
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=MIN_MAX_TOKENS),
+    type=tokens_range(MIN_MAX_TOKENS),
     default=DEFAULT_MAX_TOKENS,
     show_default=True,
     help="Tokens the result may have (it is capped, and says how to get the rest).",
@@ -75,7 +75,10 @@ def call_(
     """
     if no_record and tool_call_id is not None:
         raise click.UsageError("--no-record and --tool-call-id exclude each other")
-    envelope = source.read().strip()  # the shell's final newline is not part of the call
+    # Bytes as read: the tool itself answers an envelope that is not UTF-8 or nested too deeply
+    # (recorded as the call's error result with --tool-call-id). The shell's final newline is not
+    # part of the call.
+    envelope: bytes = source.read().strip()
     with ctx.open() as store:
         result = invoke(
             store, session, envelope, max_tokens=max_tokens, record=not no_record, tool_call_id=tool_call_id
