@@ -48,7 +48,8 @@ def tool() -> None:
 @click.option("--no-record", is_flag=True, help="Do not record the call and its result in the log.")
 @click.option(
     "--tool-call-id",
-    help="The call is already in the log under this id: append only its result (and what it writes).",
+    help="The call is already in the log under this id: append only its result (and what it writes). "
+    "Safe to retry: the same id and input again print the first result and write nothing.",
 )
 @input_file_option("the envelope")
 @json_option
@@ -87,6 +88,7 @@ def call_(
         "result": result.text,
         "is_error": result.is_error,
         "method": result.method,
+        "retried": result.retried,
         "recorded": [
             {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
             for r in result.recorded
