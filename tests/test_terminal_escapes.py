@@ -130,7 +130,7 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         (["fork", SID, "--at", "5", "--into", "s2", "--title", HOSTILE], None),
         (["rebuild", "--quiet"], None),
         (["compact", SID, "--budget", "300", "--keep-last", "1", "--dry-run"], None),
-        (["compact", SID, "--budget", "300", "--keep-last", "1"], None),
+        (["compact", SID, "--budget", "300", "--keep-last", "1", "--allow-over-budget"], None),
         (["summaries", SID], None),
         (["export", SID], None),
         (["export", SID, "--format", "openai"], None),
