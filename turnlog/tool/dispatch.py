@@ -154,16 +154,16 @@ def _invoke_once(
     same input finds them and returns the first result, writing nothing; a retry with another
     input is refused."""
     key = _retry_key(session_id, tool_call_id)
-    print_ = _fingerprint(envelope)
+    fingerprint = _fingerprint(envelope)
     answered = _answered(store, session_id, key)
     if answered is None:
         result = _serve(store, session_id, envelope, max_tokens)
         # Derived ids make a concurrent or repeated first call the same batch, which the store
         # stores once (DuplicateEventError when the two differ: then the other one won).
         effects = [
-            e.model_copy(update={"event_id": f"{key}e{i}{print_}"}) for i, e in enumerate(result.effects)
+            e.model_copy(update={"event_id": f"{key}e{i}{fingerprint}"}) for i, e in enumerate(result.effects)
         ]
-        returned = _returned(tool_call_id, result).model_copy(update={"event_id": f"{key}r{print_}"})
+        returned = _returned(tool_call_id, result).model_copy(update={"event_id": f"{key}r{fingerprint}"})
         try:
             recorded = store.append(session_id, [*effects, returned])
         except DuplicateEventError:
@@ -172,7 +172,7 @@ def _invoke_once(
                 raise
         else:
             return dataclasses.replace(result, effects=tuple(effects), recorded=tuple(recorded))
-    if answered.event_id != f"{key}r{print_}":
+    if answered.event_id != f"{key}r{fingerprint}":
         raise DuplicateEventError(
             f"tool call {tool_call_id!r} of session {session_id!r} was already answered for another "
             "input: a retry must send the same envelope; a new call needs a new tool_call_id"
