@@ -7,7 +7,7 @@ import click
 
 from turnlog.cli import _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
-from turnlog.output import emit, json_option
+from turnlog.output import echo_json_chunks, emit, json_option
 
 
 @cli.command()
@@ -45,8 +45,7 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
     """
     with ctx.open() as store:
         if output == "-":
-            for chunk in export_sessions(store, sessions, fmt):
-                click.echo(chunk, nl=False)
+            echo_json_chunks(export_sessions(store, sessions, fmt))
             return
         written = export_to_file(store, sessions, fmt, output)
     data = {"sessions": list(sessions), "format": fmt, "path": output, "bytes": written}
