@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     JsonValue,
@@ -28,7 +31,117 @@ Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, patt
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 """A lowercase hex sha256 digest: the id of a content blob."""
 
-NonNegative = Annotated[int, Field(ge=0)]
+MAX_TOKENS = 2**32 - 1
+"""The largest token count one field may hold (over a thousand times the largest context window).
+Bounded so that no sum the projections, the ledger or the audit make can overflow SQLite's 64-bit
+integers: 2^31 events at this bound still sum below 2^63."""
+
+MAX_VERSION = 2**62 - 1
+"""The largest session version or log position a field may name (2^62 stands for "no end")."""
+
+MAX_SIZE = 2**40
+"""The largest byte size a field may state (the store refuses content over 64 MiB anyway)."""
+
+MAX_MANIFEST_ENTRIES = 2**20
+"""The most entries one context manifest may list (their token sum stays far below 2^63)."""
+
+MAX_JSON_DEPTH = 128
+"""The deepest nesting of lists and objects a JSON-valued field may hold: deeper JSON could not be
+read back (pydantic-core's JSON parser stops at about 200 levels, Python's json at the stack)."""
+
+NonNegative = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+"""A token count: 0 to MAX_TOKENS."""
+
+Version = Annotated[int, Field(ge=1, le=MAX_VERSION)]
+"""A session version: 1 to MAX_VERSION."""
+
+Position = Annotated[int, Field(ge=0, le=MAX_VERSION)]
+"""A log position or a head version, 0 meaning none: 0 to MAX_VERSION."""
+
+
+def json_depth(value: object) -> int:
+    """How deeply lists, tuples and dicts nest in ``value`` (0 for a scalar, 1 for ``{}``), found
+    without recursion, so any depth can be measured. Stops counting past MAX_JSON_DEPTH + 1."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+# The tokens that matter for nesting: a quote, an escape (inside strings), a bracket.
+_NESTING_TOKENS = re.compile(r'["\[\]{}]|\\.', re.DOTALL)
+
+
+def json_text_depth(text: str) -> int:
+    """How deeply brackets nest in JSON text (brackets inside strings do not count), in one linear
+    scan without parsing: call it before ``json.loads`` on untrusted text (which recurses). Stops
+    counting past MAX_JSON_DEPTH + 1."""
+    if "[" not in text and "{" not in text:
+        return 0
+    depth = deepest = 0
+    in_string = False
+    for match in _NESTING_TOKENS.finditer(text):
+        token = match.group()
+        if token == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif token in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    return deepest
+        elif token in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _too_deep(value: object) -> bool:
+    if isinstance(value, str):
+        # Fewer opening brackets than the limit cannot nest past it: the common case costs two counts.
+        return _count_exceeds(value) and json_text_depth(value) > MAX_JSON_DEPTH
+    return json_depth(value) > MAX_JSON_DEPTH
+
+
+def _count_exceeds(text: str) -> bool:
+    return text.count("[") + text.count("{") > MAX_JSON_DEPTH
+
+
+def check_json_depth(value: object, where: str = "value") -> None:
+    """Raise InvalidEventError when a JSON value (parsed, or JSON text given as a str) nests more than
+    MAX_JSON_DEPTH levels. The one depth check for event fields and for importers' input."""
+    if _too_deep(value):
+        raise InvalidEventError(_depth_message(where))
+
+
+def _depth_message(where: str) -> str:
+    return (
+        f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep; "
+        "flatten it (or store it as text or an artifact)"
+    )
+
+
+def _shallow(value: Any) -> Any:
+    # Before pydantic walks the value (it recurses): a too-deep value gets one clear error.
+    if _too_deep(value):
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
+    return value
+
+
+JsonObject = Annotated[dict[str, JsonValue], BeforeValidator(_shallow)]
+"""A JSON object field: at most MAX_JSON_DEPTH levels of nesting."""
 
 
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
@@ -70,7 +183,7 @@ class ForkPoint(_Model):
 
     session_id: Identifier
     """The parent session."""
-    version: Annotated[int, Field(ge=1)]
+    version: Version
     """The last version of the parent that the child shares."""
 
 
@@ -88,7 +201,7 @@ class ToolCall(_Model):
     """The provider's call id; the tool's return names it in ``tool_call_id``."""
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     """The tool's name."""
-    arguments: str = "{}"
+    arguments: Annotated[str, AfterValidator(_shallow)] = "{}"
     """The arguments exactly as the model produced them (usually JSON text, kept verbatim)."""
 
 
@@ -119,7 +232,7 @@ class SessionStarted(_Event):
     """The model the agent talks to, if known."""
     tokenizer: str | None = None
     """The encoding token counts use; filled in by the store (its own tokenizer) when omitted."""
-    metadata: dict[str, JsonValue] | None = None
+    metadata: JsonObject | None = None
     """Free-form JSON metadata (agent name, user id, ...)."""
     parent: ForkPoint | None = None
     """For a fork: the parent session and the last version of it this session shares."""
@@ -219,7 +332,7 @@ class ArtifactWritten(_Event):
     """The tool call that produced it; None when the user (or the agent directly) wrote it."""
     artifact_id: Sha256 | None = None
     """sha256 of the content; filled in (and checked when given) by the store."""
-    size: NonNegative | None = None
+    size: Annotated[int, Field(ge=0, le=MAX_SIZE)] | None = None
     """Size of the content in UTF-8 bytes; filled in (and checked when given) by the store."""
 
     def token_texts(self) -> tuple[str, ...]:
@@ -323,21 +436,21 @@ class ContextBuilt(_Event):
     """Discriminator."""
     schema_version: Literal[1] = 1
     """Version of this event's schema."""
-    at_position: NonNegative
+    at_position: Position
     """The log position the context was built as of."""
-    head_version: NonNegative
+    head_version: Position
     """The session's last version included."""
     format: Literal["openai", "anthropic", "text"]
     """The output format."""
     tokenizer: str
     """The encoding the token counts use."""
-    budget: Annotated[int, Field(ge=1)]
+    budget: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
     """The prompt budget in tokens."""
     total_tokens: NonNegative
     """Tokens of the whole context (chat-format overhead included)."""
-    policy: dict[str, JsonValue]
+    policy: JsonObject
     """The policy it was built with."""
-    entries: tuple[ManifestEntry, ...]
+    entries: Annotated[tuple[ManifestEntry, ...], Field(max_length=MAX_MANIFEST_ENTRIES)]
     """Each message sent, in order."""
     run_id: Identifier | None = None
     """The run the model call belongs to."""
@@ -373,9 +486,9 @@ class SummaryRecorded(_Event):
     """Discriminator."""
     schema_version: Literal[1] = 1
     """Version of this event's schema."""
-    first_version: Annotated[int, Field(ge=1)]
+    first_version: Version
     """The first session version it covers."""
-    last_version: Annotated[int, Field(ge=1)]
+    last_version: Version
     """The last session version it covers."""
     level: Annotated[int, Field(ge=0, le=32)]
     """0 for a summary of raw events, n+1 for a summary of level-n summaries."""
@@ -526,6 +639,8 @@ def parse_events_json(text: str) -> list[Event]:
     items: list[tuple[str, object]] = []
     try:
         document = json.loads(stripped)
+    except RecursionError:  # json.loads recurses: a deep document is refused, not a crash
+        raise InvalidEventError(_depth_message("events")) from None
     except json.JSONDecodeError:
         document = None
         for number, line in enumerate(stripped.splitlines(), 1):
@@ -533,6 +648,8 @@ def parse_events_json(text: str) -> list[Event]:
                 continue
             try:
                 items.append((f"line {number}", json.loads(line)))
+            except RecursionError:
+                raise InvalidEventError(_depth_message(f"line {number}")) from None
             except json.JSONDecodeError as exc:
                 raise InvalidEventError(f"line {number}: malformed JSON: {exc.msg}") from None
     else:

@@ -97,9 +97,10 @@ _EVENT_SELECT = f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON b.i
 _ENVELOPE: set[str] = {"type", "schema_version", "event_id"}
 _ENVELOPE_AND_CONTENT: set[str] = _ENVELOPE | {"content"}
 
-# A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no lone
-# surrogates (UTF-8 cannot hold them).
-_SESSION_ID = re.compile("[^\\s\ud800-\udfff]{1,200}")
+# A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no control
+# characters (C0, DEL, C1: printed raw they drive the terminal), no lone surrogates (UTF-8 cannot
+# hold them).
+_SESSION_ID = re.compile("[^\\s\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,200}")
 
 
 class _Prepared:
@@ -1293,7 +1294,8 @@ def _check_unicode(value: object, where: str) -> None:
 def _check_session_id(session_id: str) -> None:
     if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
         raise InvalidEventError(
-            f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace"
+            f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace "
+            "or control characters"
         )
 
 
