@@ -135,18 +135,21 @@ WHEN NOT (
     AND NEW.hash IS OLD.hash
 )
 BEGIN
-    SELECT RAISE(ABORT, 'turnlog: events are immutable; UPDATE is refused (only a missing token count may be filled in)');
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; UPDATE is refused (only a missing token count may be filled in)');
 END""",
     "events_no_replace_id": """CREATE TRIGGER events_no_replace_id BEFORE INSERT ON events
 WHEN EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
 BEGIN
-    SELECT RAISE(ABORT, 'turnlog: events are immutable; an event with this id (events.event_id) is stored, REPLACE is refused');
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; an event with this id (events.event_id) is stored');
 END""",
     "events_no_replace": """CREATE TRIGGER events_no_replace BEFORE INSERT ON events
 WHEN EXISTS (SELECT 1 FROM events WHERE position = NEW.position)
     OR EXISTS (SELECT 1 FROM events WHERE session_id = NEW.session_id AND version = NEW.version)
 BEGIN
-    SELECT RAISE(ABORT, 'turnlog: events are immutable; an event at this position or session version is stored, REPLACE is refused');
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; an event at this position or session version is stored');
 END""",
     "blobs_no_delete": """CREATE TRIGGER blobs_no_delete BEFORE DELETE ON blobs
 BEGIN

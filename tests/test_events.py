@@ -33,6 +33,7 @@ from store import (
     TodoItem,
     ToolCall,
     ToolReturned,
+    limits,
     parse_event,
 )
 from store import events as events_module
@@ -365,7 +366,7 @@ def test_every_int_field_is_bounded(instance: BaseModel) -> None:
     # A value past SQLite's 64-bit integers bricked the store; a negative count is nonsense.
     data = instance.model_dump()
     for name in _int_fields(type(instance)):
-        for value in (2**63, 2**63 - 1, events_module.MAX_VERSION + 1, -1):
+        for value in (2**63, 2**63 - 1, limits.MAX_VERSION + 1, -1):
             if name in ("at_position", "head_version") and value == -1:
                 pass  # 0 is allowed ("none"), -1 is not: checked like the others
             with pytest.raises(ValidationError):
@@ -387,7 +388,7 @@ def test_a_huge_usage_count_is_refused_with_our_error(field: str) -> None:
             parse_event({**usage, field: value})
     with pytest.raises(InvalidEventError, match=field):
         parse_event({**usage, field: 1.5})  # a fractional count is refused, never truncated
-    assert parse_event({**usage, field: events_module.MAX_TOKENS}) is not None
+    assert parse_event({**usage, field: limits.MAX_TOKENS}) is not None
 
 
 def test_context_built_counts_are_bounded() -> None:
@@ -473,7 +474,7 @@ def test_deep_json_text_is_refused_not_a_recursion_error() -> None:
 
 
 def test_the_depth_helper_for_importers() -> None:
-    check = events_module.check_json_depth
+    check = limits.check_json_depth
     check(_nested(128), "x")
     check(json.dumps(_nested(128)), "x")
     check('["' + "[" * 500 + '"]', "x")  # brackets inside a string do not nest
