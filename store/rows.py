@@ -102,6 +102,18 @@ def select_decodable(
     return records, seen, last
 
 
+def fork_parent(payload: str, session_id: str) -> tuple[str, int] | None:
+    """The (parent session, version) a session_started payload forks at, None when it is no fork.
+    A payload that cannot be read raises CorruptStoreError (every read of the session needs it)."""
+    try:
+        parent = json.loads(payload).get("parent")
+        return (str(parent["session_id"]), int(parent["version"])) if parent else None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise CorruptStoreError(
+            f"session {session_id!r}: its session_started event cannot be read ({exc}); run `turnlog verify`"
+        ) from exc
+
+
 def undecodable_row(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> CorruptStoreError:
     """The error for the first row of a query whose text is not UTF-8 (read again as bytes)."""
     query = f"SELECT e.position, {TEXT_AS_BYTES} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id {where}"

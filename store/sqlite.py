@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
-import json
 import os
 import re
 import sqlite3
@@ -58,6 +57,7 @@ from store.rows import (
     GENESIS_HASH,
     BlobDecodeError,
     decode_blob,
+    fork_parent,
     gc_paused,
     select_decodable,
     select_records,
@@ -1017,12 +1017,12 @@ def _lineage(
     row = conn.execute(
         "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
     ).fetchone()
-    parent = json.loads(row[1]).get("parent") if row and row[0] == "session_started" else None
+    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
     if not parent:
         segments = [(session_id, 1, 2**62)]
     else:
-        upto = int(parent["version"])
-        prefix = _lineage(conn, parent["session_id"], cache)
+        parent_id, upto = parent
+        prefix = _lineage(conn, parent_id, cache)
         segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
         segments.append((session_id, upto + 1, 2**62))
     if row is not None:  # the facts of an existing session never change

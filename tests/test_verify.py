@@ -324,3 +324,17 @@ def test_a_copy_of_a_store_verifies_like_the_original(db_path: Path, tmp_path: P
     with SQLiteStore.open(copy) as store:
         report = store.verify()
         assert report.ok and report.events == 2
+
+
+def test_a_session_whose_first_event_cannot_be_read(db_path: Path, runner: CliRunner) -> None:
+    # Every read of a session looks at its first event (is it a fork?): a bad one is our error.
+    with SQLiteStore.open(db_path) as store:
+        store.append("fine", [msg("x")])
+    bad = _insert_row(db_path, "broken", "session_started", '{"parent": {"session_id": "fine", "version": ')
+    with SQLiteStore.open(db_path) as store:
+        with pytest.raises(CorruptStoreError, match="session 'broken'"):
+            store.read_session("broken")
+        assert [r.position for r in store.read_session("fine")] == [1]
+        assert store.verify().first_bad_position == bad
+    result = runner.invoke(cli, ["--db", str(db_path), "log", "broken"])
+    assert result.exit_code == 1 and "Traceback" not in result.output and "broken" in result.output
