@@ -3,7 +3,7 @@ nothing stored can overflow a sum or be too deep to read back. Importers call ch
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -59,39 +59,20 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-# The tokens that matter for nesting: a quote, an escape (inside strings), a bracket.
-_NESTING_TOKENS = re.compile(r'["\[\]{}]|\\.', re.DOTALL)
-
-
-def json_text_depth(text: str) -> int:
-    """How deeply brackets nest in JSON text (brackets inside strings do not count), in one linear
-    scan without parsing: call it before ``json.loads`` on untrusted text (which recurses). Stops
-    counting past MAX_JSON_DEPTH + 1."""
-    if "[" not in text and "{" not in text:
-        return 0
-    depth = deepest = 0
-    in_string = False
-    for match in _NESTING_TOKENS.finditer(text):
-        token = match.group()
-        if token == '"':
-            in_string = not in_string
-        elif in_string:
-            continue
-        elif token in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_JSON_DEPTH:
-                    return deepest
-        elif token in "]}":
-            depth = max(0, depth - 1)
-    return deepest
-
-
 def _too_deep(value: object) -> bool:
     if isinstance(value, str):
         # Fewer opening brackets than the limit cannot nest past it: the common case costs two counts.
-        return _count_exceeds(value) and json_text_depth(value) > MAX_JSON_DEPTH
+        if not _count_exceeds(value):
+            return False
+        # Text that is not JSON (code, prose full of braces) is no JSON value to nest: only what a
+        # JSON parser would read, and how deep, matters. Python's parser recurses, and says so.
+        try:
+            parsed = json.loads(value)
+        except RecursionError:
+            return True
+        except ValueError:
+            return False
+        return json_depth(parsed) > MAX_JSON_DEPTH
     return json_depth(value) > MAX_JSON_DEPTH
 
 
@@ -100,8 +81,9 @@ def _count_exceeds(text: str) -> bool:
 
 
 def check_json_depth(value: object, where: str = "value") -> None:
-    """Raise InvalidEventError when a JSON value (parsed, or JSON text given as a str) nests more than
-    MAX_JSON_DEPTH levels. The one depth check for event fields and for importers' input."""
+    """Raise InvalidEventError when a JSON value (parsed, or JSON text given as a str: text that is
+    not JSON passes) nests more than MAX_JSON_DEPTH levels. Safe on any depth (no RecursionError):
+    the one depth check for event fields and for importers' input (call it before json.loads)."""
     if _too_deep(value):
         raise InvalidEventError(depth_message(where))
 

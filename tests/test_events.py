@@ -482,3 +482,12 @@ def test_the_depth_helper_for_importers() -> None:
     for value in (_nested(129), json.dumps(_nested(129, "dict")), "[" * 200_000):
         with pytest.raises(InvalidEventError, match="where: JSON nested more than 128"):
             check(value, "where")
+
+
+def test_text_that_is_not_json_is_not_refused_for_its_brackets() -> None:
+    # Tool-call arguments are kept verbatim and need not be JSON: braces in code are no nesting.
+    text = "{" * 500 + " not json"
+    assert ToolCall(id="c", name="f", arguments=text).arguments == text
+    limits.check_json_depth("function f() {" * 300, "x")
+    with pytest.raises(ValidationError, match="nested more than 128"):
+        ToolCall(id="c", name="f", arguments="[" * 100_000)  # a JSON parser would recurse into it
