@@ -51,6 +51,7 @@ from store.events import (
     parse_event,
     parse_events_json,
 )
+from store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth
 from store.sqlite import INLINE_LIMIT, SQLiteStore
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
@@ -61,6 +62,9 @@ __all__ = [
     "EVENT_ADAPTER",
     "EVENT_CLASSES",
     "INLINE_LIMIT",
+    "MAX_JSON_DEPTH",
+    "MAX_TOKENS",
+    "MAX_VERSION",
     "NO_SESSION",
     "ArtifactWritten",
     "Blob",
@@ -101,6 +105,7 @@ __all__ = [
     "UsageRecorded",
     "VerifyReport",
     "VersionConflictError",
+    "check_json_depth",
     "load_tokenizer",
     "new_event_id",
     "parse_event",

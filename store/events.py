@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    JsonValue,
     StringConstraints,
     TypeAdapter,
     ValidationError,
@@ -21,14 +21,23 @@ from pydantic import (
 )
 
 from store.errors import InvalidEventError
+from store.limits import (
+    MAX_MANIFEST_ENTRIES,
+    MAX_SIZE,
+    MAX_TOKENS,
+    JsonObject,
+    NonNegative,
+    Position,
+    Version,
+    depth_message,
+    shallow,
+)
 
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
 """An id chosen by a caller or a provider: 1 to 200 characters, no whitespace."""
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 """A lowercase hex sha256 digest: the id of a content blob."""
-
-NonNegative = Annotated[int, Field(ge=0)]
 
 
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
@@ -70,7 +79,7 @@ class ForkPoint(_Model):
 
     session_id: Identifier
     """The parent session."""
-    version: Annotated[int, Field(ge=1)]
+    version: Version
     """The last version of the parent that the child shares."""
 
 
@@ -88,7 +97,7 @@ class ToolCall(_Model):
     """The provider's call id; the tool's return names it in ``tool_call_id``."""
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     """The tool's name."""
-    arguments: str = "{}"
+    arguments: Annotated[str, AfterValidator(shallow)] = "{}"
     """The arguments exactly as the model produced them (usually JSON text, kept verbatim)."""
 
 
@@ -119,7 +128,7 @@ class SessionStarted(_Event):
     """The model the agent talks to, if known."""
     tokenizer: str | None = None
     """The encoding token counts use; filled in by the store (its own tokenizer) when omitted."""
-    metadata: dict[str, JsonValue] | None = None
+    metadata: JsonObject | None = None
     """Free-form JSON metadata (agent name, user id, ...)."""
     parent: ForkPoint | None = None
     """For a fork: the parent session and the last version of it this session shares."""
@@ -219,7 +228,7 @@ class ArtifactWritten(_Event):
     """The tool call that produced it; None when the user (or the agent directly) wrote it."""
     artifact_id: Sha256 | None = None
     """sha256 of the content; filled in (and checked when given) by the store."""
-    size: NonNegative | None = None
+    size: Annotated[int, Field(ge=0, le=MAX_SIZE)] | None = None
     """Size of the content in UTF-8 bytes; filled in (and checked when given) by the store."""
 
     def token_texts(self) -> tuple[str, ...]:
@@ -323,21 +332,21 @@ class ContextBuilt(_Event):
     """Discriminator."""
     schema_version: Literal[1] = 1
     """Version of this event's schema."""
-    at_position: NonNegative
+    at_position: Position
     """The log position the context was built as of."""
-    head_version: NonNegative
+    head_version: Position
     """The session's last version included."""
     format: Literal["openai", "anthropic", "text"]
     """The output format."""
     tokenizer: str
     """The encoding the token counts use."""
-    budget: Annotated[int, Field(ge=1)]
+    budget: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
     """The prompt budget in tokens."""
     total_tokens: NonNegative
     """Tokens of the whole context (chat-format overhead included)."""
-    policy: dict[str, JsonValue]
+    policy: JsonObject
     """The policy it was built with."""
-    entries: tuple[ManifestEntry, ...]
+    entries: Annotated[tuple[ManifestEntry, ...], Field(max_length=MAX_MANIFEST_ENTRIES)]
     """Each message sent, in order."""
     run_id: Identifier | None = None
     """The run the model call belongs to."""
@@ -373,9 +382,9 @@ class SummaryRecorded(_Event):
     """Discriminator."""
     schema_version: Literal[1] = 1
     """Version of this event's schema."""
-    first_version: Annotated[int, Field(ge=1)]
+    first_version: Version
     """The first session version it covers."""
-    last_version: Annotated[int, Field(ge=1)]
+    last_version: Version
     """The last session version it covers."""
     level: Annotated[int, Field(ge=0, le=32)]
     """0 for a summary of raw events, n+1 for a summary of level-n summaries."""
@@ -526,6 +535,8 @@ def parse_events_json(text: str) -> list[Event]:
     items: list[tuple[str, object]] = []
     try:
         document = json.loads(stripped)
+    except RecursionError:  # json.loads recurses: a deep document is refused, not a crash
+        raise InvalidEventError(depth_message("events")) from None
     except json.JSONDecodeError:
         document = None
         for number, line in enumerate(stripped.splitlines(), 1):
@@ -533,6 +544,8 @@ def parse_events_json(text: str) -> list[Event]:
                 continue
             try:
                 items.append((f"line {number}", json.loads(line)))
+            except RecursionError:
+                raise InvalidEventError(depth_message(f"line {number}")) from None
             except json.JSONDecodeError as exc:
                 raise InvalidEventError(f"line {number}: malformed JSON: {exc.msg}") from None
     else:

@@ -110,4 +110,71 @@ ALTER TABLE blobs_v2 RENAME TO blobs;
     ),
 )
 
+# Migration 3 makes immutability airtight. REPLACE (``INSERT OR REPLACE``, ``REPLACE INTO``) deletes the
+# row it conflicts with without firing DELETE triggers (unless the writer turned recursive_triggers
+# on), so a BEFORE INSERT trigger refuses any insert that would meet a stored position, event id or
+# session version (append never does: it reads the head inside its write transaction, and an event
+# id already stored is an idempotent retry it handles; the message names events.event_id for it). A
+# blob insert that meets a stored id is ignored (RAISE(IGNORE)), as append's INSERT OR IGNORE wants:
+# a REPLACE cannot swap a blob's bytes. The deferred token count may go from NULL to a count in range,
+# and nothing else may change. verify compares the stored trigger SQL with TRIGGERS.
+TRIGGERS: dict[str, str] = {
+    "events_no_delete": """CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: events are immutable; DELETE is refused');
+END""",
+    "events_no_update": """CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+WHEN NOT (
+    OLD.tokens IS NULL AND NEW.tokens IS NOT NULL
+    AND typeof(NEW.tokens) = 'integer' AND NEW.tokens BETWEEN 0 AND 4294967295
+    AND NEW.position IS OLD.position AND NEW.session_id IS OLD.session_id
+    AND NEW.version IS OLD.version AND NEW.event_id IS OLD.event_id
+    AND NEW.type IS OLD.type AND NEW.schema_version IS OLD.schema_version
+    AND NEW.payload IS OLD.payload AND NEW.blob_id IS OLD.blob_id
+    AND NEW.recorded_at IS OLD.recorded_at AND NEW.prev_hash IS OLD.prev_hash
+    AND NEW.hash IS OLD.hash
+)
+BEGIN
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; UPDATE is refused (only a missing token count may be filled in)');
+END""",
+    "events_no_replace_id": """CREATE TRIGGER events_no_replace_id BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
+BEGIN
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; an event with this id (events.event_id) is stored');
+END""",
+    "events_no_replace": """CREATE TRIGGER events_no_replace BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM events WHERE position = NEW.position)
+    OR EXISTS (SELECT 1 FROM events WHERE session_id = NEW.session_id AND version = NEW.version)
+BEGIN
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; an event at this position or session version is stored');
+END""",
+    "blobs_no_delete": """CREATE TRIGGER blobs_no_delete BEFORE DELETE ON blobs
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: content blobs are immutable; DELETE is refused');
+END""",
+    "blobs_no_update": """CREATE TRIGGER blobs_no_update BEFORE UPDATE ON blobs
+BEGIN
+    SELECT RAISE(ABORT, 'turnlog: content blobs are immutable; UPDATE is refused');
+END""",
+    "blobs_no_replace": """CREATE TRIGGER blobs_no_replace BEFORE INSERT ON blobs
+WHEN EXISTS (SELECT 1 FROM blobs WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(IGNORE);
+END""",
+}
+"""Every trigger of a current store, by name, exactly as created (verify checks them)."""
+
+MIGRATIONS += (
+    Migration(
+        3,
+        "immutability against REPLACE",
+        "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in TRIGGERS)
+        + "\n"
+        + "".join(f"\n{sql};\n" for sql in TRIGGERS.values()),
+    ),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version

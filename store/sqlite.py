@@ -6,22 +6,19 @@ from __future__ import annotations
 import contextlib
 import datetime
 import difflib
-import gc
 import hashlib
-import json
 import os
 import re
 import sqlite3
 import threading
 import time
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
 import zstandard
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 from store.base import (
@@ -47,8 +44,6 @@ from store.errors import (
     VersionConflictError,
 )
 from store.events import (
-    CURRENT_VERSIONS,
-    EVENT_CLASSES,
     ArtifactWritten,
     Event,
     MessageAppended,
@@ -57,9 +52,16 @@ from store.events import (
     SessionStarted,
     SummaryRecorded,
     ToolReturned,
-    describe_validation_error,
-    load_stored,
     parse_event,
+)
+from store.rows import (
+    GENESIS_HASH,
+    BlobDecodeError,
+    decode_blob,
+    fork_parent,
+    gc_paused,
+    select_decodable,
+    select_records,
 )
 from store.schema import LATEST_VERSION, MIGRATIONS
 from store.tokenizer import (
@@ -69,9 +71,7 @@ from store.tokenizer import (
     estimate_tokens,
     load_tokenizer,
 )
-
-GENESIS_HASH = "0" * 64
-"""The prev_hash of the first event."""
+from store.verify import verify_log
 
 INLINE_LIMIT = 1024
 """Tool outputs larger than this many UTF-8 bytes are kept as content-addressed artifacts."""
@@ -88,19 +88,14 @@ _COMPRESS_LEVEL = 1
 TokenCounting = Literal["deferred", "inline"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
-_EVENT_COLUMNS = (
-    "e.position, e.session_id, e.version, e.event_id, e.type, e.schema_version, e.payload, "
-    "e.blob_id, e.tokens, e.recorded_at, e.prev_hash, e.hash, b.codec, b.data"
-)
-_EVENT_SELECT = f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id"
-
 # Fields left out of the stored payload (never mutated: pydantic only reads them).
 _ENVELOPE: set[str] = {"type", "schema_version", "event_id"}
 _ENVELOPE_AND_CONTENT: set[str] = _ENVELOPE | {"content"}
 
-# A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no lone
-# surrogates (UTF-8 cannot hold them).
-_SESSION_ID = re.compile("[^\\s\ud800-\udfff]{1,200}")
+# A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no control
+# characters (C0, DEL, C1: printed raw they drive the terminal), no lone surrogates (UTF-8 cannot
+# hold them).
+_SESSION_ID = re.compile("[^\\s\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,200}")
 
 
 class _Prepared:
@@ -263,7 +258,7 @@ class SQLiteStore(EventStore):
         times = None if recorded_at is None else _recorded_times(recorded_at, len(events))
         if bounded and len(events) > MAX_BATCH:
             raise InvalidEventError(f"a batch holds at most {MAX_BATCH} events, got {len(events)}; split it")
-        with _gc_paused():  # a batch makes many objects that all survive (see _records)
+        with gc_paused():  # a batch makes many objects that all survive (see records_from_rows)
             prepared = [self._prepare(event, i) for i, event in enumerate(events, 1)]
         ids = [p.event.event_id for p in prepared]
         if len(set(ids)) != len(ids):
@@ -272,7 +267,7 @@ class SQLiteStore(EventStore):
         if not prepared:
             return []
         try:
-            with self.atomic() as conn, _gc_paused():
+            with self.atomic() as conn, gc_paused():
                 return self._append_locked(conn, session_id, prepared, expected_version, times)
         except (_StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
             # A retry of a batch that is already stored fails one of the checks (its versions are
@@ -611,14 +606,16 @@ class SQLiteStore(EventStore):
             head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
             if start >= head:
                 return None
-            pending = self._read(
+            # A row that cannot be decoded stays uncounted (verify reports it) instead of stopping
+            # every read of every session here.
+            pending, seen, last = select_decodable(
                 conn,
                 "WHERE e.position > ? AND e.position <= ? AND e.tokens IS NULL ORDER BY e.position LIMIT ?",
                 (start, head, limit),
             )
         # Counted outside any transaction, so writers are never kept waiting by tiktoken.
         counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
-        return counts, (pending[-1].position if len(pending) == limit else head)
+        return counts, (last if seen == limit and last is not None else head)
 
     def catch_up_tokens(self) -> int:
         # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
@@ -641,7 +638,7 @@ class SQLiteStore(EventStore):
     # --- reading -------------------------------------------------------------------------------
 
     def _read(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[RecordedEvent]:
-        return _records(conn.execute(f"{_EVENT_SELECT} {where}", params))
+        return select_records(conn, where, params)
 
     def read_session(
         self, session_id: str, *, from_version: int = 1, to_version: int | None = None, own: bool = False
@@ -813,7 +810,7 @@ class SQLiteStore(EventStore):
                 f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
             )
         try:
-            text = _decode_blob(row[2], row[3]).decode("utf-8")
+            text = decode_blob(row[2], row[3]).decode("utf-8")
         except (BlobDecodeError, UnicodeDecodeError) as exc:
             raise CorruptStoreError(
                 f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
@@ -827,63 +824,18 @@ class SQLiteStore(EventStore):
 
     # --- verifying -----------------------------------------------------------------------------
 
-    def verify(self) -> VerifyReport:
-        report = VerifyReport()
-        bad: list[int] = []
-
-        def problem(position: int | None, text: str) -> None:
-            if len(report.problems) < 100:
-                report.problems.append(text)
-            if position is not None:
-                bad.append(position)
-
+    def verify(self, *, quick: bool = False) -> VerifyReport:
+        """Check the database's integrity (SQLite's full ``integrity_check``; ``quick=True`` runs the
+        faster ``quick_check``, which skips the indexes), the immutability triggers, the hash chain,
+        that every row decodes, every stored token count, and the content blobs."""
         with self.reading() as conn:
-            check = [row[0] for row in conn.execute("PRAGMA quick_check")]
-            if check != ["ok"]:
-                problem(None, "SQLite quick_check: " + "; ".join(check[:5]))
-            expected_pos = 1
-            prev_hash = GENESIS_HASH
-            versions: dict[str, int] = {}
-            for row in conn.execute(
-                "SELECT position, session_id, version, event_id, type, schema_version, payload, "
-                "blob_id, recorded_at, prev_hash, hash FROM events ORDER BY position"
-            ):
-                (pos, sid, version, event_id, etype, sv, payload, blob_id, at, prev, digest) = row
-                report.events += 1
-                if pos != expected_pos:
-                    missing = f"{expected_pos}" + (f"-{pos - 1}" if pos - 1 > expected_pos else "")
-                    problem(expected_pos, f"position {missing}: missing (rows were deleted)")
-                if prev != prev_hash:
-                    problem(pos, f"position {pos}: prev_hash does not match the previous event")
-                computed = _hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at)
-                if computed != digest:
-                    problem(pos, f"position {pos}: content does not match its hash (tampered)")
-                expected_version = versions.get(sid)
-                if expected_version is None:
-                    expected_version = _fork_version(etype, payload)
-                if version != expected_version + 1:
-                    problem(pos, f"position {pos}: session {sid!r} version {version} out of order")
-                versions[sid] = version
-                prev_hash = digest
-                expected_pos = pos + 1
-            report.head_hash = prev_hash
-            for blob_id, size, codec, data in conn.execute("SELECT id, size, codec, data FROM blobs"):
-                try:
-                    raw = _decode_blob(codec, data)
-                except BlobDecodeError:
-                    raw = b""
-                if hashlib.sha256(raw).hexdigest() != blob_id or len(raw) != size:
-                    where = conn.execute(
-                        "SELECT min(position) FROM events WHERE blob_id = ?", (blob_id,)
-                    ).fetchone()[0]
-                    problem(where, f"blob {blob_id[:12]}…: content does not match its sha256")
-            for (pos,) in conn.execute(
-                "SELECT e.position FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
-                "WHERE e.blob_id IS NOT NULL AND b.id IS NULL"
-            ):
-                problem(pos, f"position {pos}: its content blob is missing")
-        report.first_bad_position = min(bad) if bad else None
-        return report
+            return verify_log(
+                conn,
+                self.count_event_tokens,
+                self.tokenizer,
+                quick=quick,
+                counted_through=counted_through(conn),
+            )
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -1048,65 +1000,6 @@ def _statements(sql: str) -> list[str]:
     return statements
 
 
-# Rows at their type's current schema version go straight to that class's validator (no union
-# dispatch, no upcasting).
-_VALIDATORS = {name: cls.__pydantic_validator__ for name, cls in EVENT_CLASSES.items()}
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
-
-
-def _record(row: Sequence[Any]) -> RecordedEvent:
-    (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
-    try:
-        validator = _VALIDATORS.get(etype)
-        if validator is not None and CURRENT_VERSIONS[etype] == sv and payload[:1] == "{":
-            if blob_id is None:
-                # The common case, parsed and validated in one pass by pydantic's JSON parser: the
-                # event id is spliced into the stored payload text (the type is the class's default).
-                quoted = f'"{event_id}"' if _PLAIN_ID.fullmatch(event_id) else json.dumps(event_id)
-                rest = "}" if payload == "{}" else "," + payload[1:]
-                event = validator.validate_json(f'{{"event_id":{quoted}{rest}')
-            else:
-                body = json.loads(payload)
-                body["event_id"] = event_id
-                body["content"] = _decode_blob(row[12], row[13]).decode("utf-8")
-                event = validator.validate_python(body)
-        else:
-            body = json.loads(payload)
-            if blob_id is not None:
-                body["content"] = _decode_blob(row[12], row[13]).decode("utf-8")
-            event = load_stored(etype, sv, event_id, body)
-    except Exception as exc:
-        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise CorruptStoreError(
-            f"position {pos}: stored {etype} event cannot be read: {detail}; run `turnlog verify`"
-        ) from exc
-    return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
-
-
-def _records(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
-    """Rows turned into records, with the cyclic garbage collector paused."""
-    with _gc_paused():
-        return [_record(row) for row in rows]
-
-
-class _gc_paused:
-    """Pause the cyclic garbage collector for a block that makes many objects which all survive
-    (decoding or appending a long run of events): every collection of young objects would walk
-    them again, about a sixth of the time of a 20,000-event read. Nothing made there is cyclic
-    garbage, and the collector is switched back on only if it was on."""
-
-    __slots__ = ("was_on",)
-
-    def __enter__(self) -> None:
-        self.was_on = gc.isenabled()
-        if self.was_on:
-            gc.disable()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self.was_on:
-            gc.enable()
-
-
 def records_between(
     conn: sqlite3.Connection, after: int, through: int, types: Sequence[str] | None = None
 ) -> list[RecordedEvent]:
@@ -1115,11 +1008,11 @@ def records_between(
     type_filter = ""
     if types:
         type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
-    rows = conn.execute(
-        f"{_EVENT_SELECT} WHERE e.position > ? AND e.position <= ?{type_filter} ORDER BY e.position",
+    return select_records(
+        conn,
+        f"WHERE e.position > ? AND e.position <= ?{type_filter} ORDER BY e.position",
         (after, through, *(types or ())),
     )
-    return _records(rows)
 
 
 def _lineage(
@@ -1132,12 +1025,12 @@ def _lineage(
     row = conn.execute(
         "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
     ).fetchone()
-    parent = json.loads(row[1]).get("parent") if row and row[0] == "session_started" else None
+    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
     if not parent:
         segments = [(session_id, 1, 2**62)]
     else:
-        upto = int(parent["version"])
-        prefix = _lineage(conn, parent["session_id"], cache)
+        parent_id, upto = parent
+        prefix = _lineage(conn, parent_id, cache)
         segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
         segments.append((session_id, upto + 1, 2**62))
     if row is not None:  # the facts of an existing session never change
@@ -1174,17 +1067,6 @@ def counted_through(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def _fork_version(event_type: str, payload: str) -> int:
-    """The parent version a session's first event forks at (0 for a session that is no fork)."""
-    if event_type != "session_started":
-        return 0
-    try:
-        parent = json.loads(payload).get("parent")
-        return int(parent["version"]) if parent else 0
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return 0
-
-
 def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
     row = conn.execute("SELECT max(version) FROM events WHERE session_id = ?", (session_id,)).fetchone()
     return int(row[0] or 0)
@@ -1200,61 +1082,22 @@ def _type_part(event: Event) -> str:
     return part
 
 
-def _hash(
-    prev_hash: str,
-    position: int,
-    session_id: str,
-    version: int,
-    event_id: str,
-    event_type: str,
-    schema_version: int,
-    payload: str,
-    blob_id: str | None,
-    recorded_at: str,
-) -> str:
-    # Length-prefixed fields (length in characters): an unambiguous encoding, whatever characters
-    # the fields hold. Written out in one f-string, since it runs once per appended event.
-    pos, ver, sv, blob = str(position), str(version), str(schema_version), blob_id or ""
-    material = (
-        f"{len(prev_hash)}:{prev_hash};{len(pos)}:{pos};{len(session_id)}:{session_id};"
-        f"{len(ver)}:{ver};{len(event_id)}:{event_id};{len(event_type)}:{event_type};"
-        f"{len(sv)}:{sv};{len(payload)}:{payload};{len(blob)}:{blob};{len(recorded_at)}:{recorded_at};"
-    )
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
-
-
 _codecs = threading.local()  # zstd contexts are not thread-safe: one pair per thread
 
 
-def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    pair: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None = getattr(_codecs, "zstd", None)
-    if pair is None:
-        pair = _codecs.zstd = (zstandard.ZstdCompressor(level=_COMPRESS_LEVEL), zstandard.ZstdDecompressor())
-    return pair
+def _zstd() -> zstandard.ZstdCompressor:
+    found: zstandard.ZstdCompressor | None = getattr(_codecs, "zstd", None)
+    if found is None:
+        found = _codecs.zstd = zstandard.ZstdCompressor(level=_COMPRESS_LEVEL)
+    return found
 
 
 def _encode_blob(data: bytes) -> tuple[str, bytes]:
     if len(data) >= _COMPRESS_FROM:
-        packed = _zstd()[0].compress(data)
+        packed = _zstd().compress(data)
         if len(packed) < len(data) * 0.9:
             return "zstd", packed
     return "raw", data
-
-
-def _decode_blob(codec: str, data: bytes) -> bytes:
-    """A blob's bytes. Raises BlobDecodeError when they cannot be decompressed."""
-    try:
-        if codec == "zstd":
-            return _zstd()[1].decompress(data)
-        if codec == "zlib":  # written by turnlog before schema 2
-            return zlib.decompress(data)
-    except (zstandard.ZstdError, zlib.error) as exc:
-        raise BlobDecodeError(f"{codec} data cannot be decompressed: {exc}") from exc
-    return bytes(data)
-
-
-class BlobDecodeError(ValueError):
-    """A stored blob's compressed bytes are damaged."""
 
 
 _second: tuple[int, str] = (0, "")
@@ -1322,7 +1165,8 @@ def _check_unicode(value: object, where: str) -> None:
 def _check_session_id(session_id: str) -> None:
     if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
         raise InvalidEventError(
-            f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace"
+            f"session id {session_id!r} is invalid: use 1 to 200 characters without whitespace "
+            "or control characters"
         )
 
 

@@ -796,7 +796,14 @@ class StoreContract:
             store.append("s", [make()])
         assert snapshot(store) == before
 
-    @pytest.mark.parametrize("session_id", ["", "has space", "tab\there", "x" * 201, "bad\ud800", 7])
+    @pytest.mark.parametrize(
+        "session_id",
+        [
+            *("", "has space", "tab\there", "x" * 201, "bad\ud800", 7),
+            # Control characters: printed raw by a text command, they would drive the terminal.
+            *("esc\x1b[2J", "nul\x00", "bel\x07", "del\x7f", "csi\x9b", "c1\x80"),
+        ],
+    )
     def test_invalid_session_ids_are_rejected(self, store: EventStore, session_id: Any) -> None:
         with pytest.raises(InvalidEventError, match="session id"):
             store.append(session_id, [msg()])

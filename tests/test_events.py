@@ -33,6 +33,7 @@ from store import (
     TodoItem,
     ToolCall,
     ToolReturned,
+    limits,
     parse_event,
 )
 from store import events as events_module
@@ -333,3 +334,160 @@ def test_a_forked_child_does_not_repeat_its_parents_event_ids() -> None:
     parent = [new_event_id() for _ in range(3)]
     assert len(child) == 3
     assert not set(child) & set(parent)
+
+
+# --- bounds: no number, no nesting that the store could not hold or sum ------------------------
+
+
+def _has_int(annotation: object) -> bool:
+    if annotation is int:
+        return True
+    return any(_has_int(arg) for arg in get_args(annotation) if arg is not bool)
+
+
+def _int_fields(model: type[BaseModel]) -> list[str]:
+    return [
+        name
+        for name, field in model.model_fields.items()
+        if name != "schema_version" and _has_int(field.annotation)
+    ]
+
+
+def test_every_model_with_an_int_field_has_an_instance_here() -> None:
+    covered = {type(instance) for instance in _instances()}
+    assert {m for m in ALL_MODELS if _int_fields(m)} <= covered
+    # The finder itself finds what it must (so the bound test below cannot pass on nothing).
+    assert set(_int_fields(events_module.UsageRecorded)) >= {"input_tokens", "reasoning_tokens"}
+    assert set(_int_fields(events_module.ArtifactWritten)) == {"size"}
+
+
+@pytest.mark.parametrize("instance", _instances(), ids=lambda i: type(i).__name__)
+def test_every_int_field_is_bounded(instance: BaseModel) -> None:
+    # A value past SQLite's 64-bit integers bricked the store; a negative count is nonsense.
+    data = instance.model_dump()
+    for name in _int_fields(type(instance)):
+        for value in (2**63, 2**63 - 1, limits.MAX_VERSION + 1, -1):
+            if name in ("at_position", "head_version") and value == -1:
+                pass  # 0 is allowed ("none"), -1 is not: checked like the others
+            with pytest.raises(ValidationError):
+                type(instance).model_validate({**data, name: value})
+        # The bound refuses no realistic value: a billion tokens, a version in the billions.
+        ok = 10**9 if name != "level" else 32
+        if name in ("first_version", "last_version"):
+            continue  # the range check ties these two together
+        type(instance).model_validate({**data, name: ok})
+
+
+@pytest.mark.parametrize(
+    "field", ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"]
+)
+def test_a_huge_usage_count_is_refused_with_our_error(field: str) -> None:
+    usage = {"type": "usage_recorded", "model": "m", "input_tokens": 1, "output_tokens": 1}
+    for value in (2**62, 2**63, 10**19, -1):
+        with pytest.raises(InvalidEventError, match=field):
+            parse_event({**usage, field: value})
+    with pytest.raises(InvalidEventError, match=field):
+        parse_event({**usage, field: 1.5})  # a fractional count is refused, never truncated
+    assert parse_event({**usage, field: limits.MAX_TOKENS}) is not None
+
+
+def test_context_built_counts_are_bounded() -> None:
+    entry = {"event_ids": ["e"], "role": "user", "mode": "full", "category": "message", "tokens": 1}
+    built = {
+        "type": "context_built",
+        "at_position": 1,
+        "head_version": 1,
+        "format": "openai",
+        "tokenizer": "t",
+        "budget": 10,
+        "total_tokens": 1,
+        "policy": {},
+        "entries": [entry],
+    }
+    parse_event(built)
+    for field in ("at_position", "head_version", "budget", "total_tokens"):
+        with pytest.raises(InvalidEventError, match=field):
+            parse_event({**built, field: 2**63})
+    with pytest.raises(InvalidEventError, match="tokens"):
+        parse_event({**built, "entries": [{**entry, "tokens": 2**63}]})
+
+
+def _text(value: Any) -> str:
+    """JSON text of a nested value, written without recursion (json.dumps recurses)."""
+    opened = closed = ""
+    while isinstance(value, (list, dict)):
+        opened += "[" if isinstance(value, list) else '{"k": '
+        closed = ("]" if isinstance(value, list) else "}") + closed
+        value = value[0] if isinstance(value, list) else value["k"]
+    return opened + json.dumps(value) + closed
+
+
+def _nested(depth: int, kind: str = "list") -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda v: {"type": "session_started", "metadata": {"x": v}}, id="metadata"),
+        pytest.param(
+            lambda v: {
+                "type": "context_built",
+                "at_position": 1,
+                "head_version": 1,
+                "format": "text",
+                "tokenizer": "t",
+                "budget": 1,
+                "total_tokens": 0,
+                "policy": {"x": v},
+                "entries": [],
+            },
+            id="policy",
+        ),
+        pytest.param(
+            lambda v: {
+                "type": "message_appended",
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "name": "f", "arguments": _text(v)}],
+            },
+            id="tool-call-arguments",
+        ),
+    ],
+)
+def test_json_nested_too_deep_is_refused_at_input(make: Any) -> None:
+    for kind in ("list", "dict"):
+        parse_event(make(_nested(127, kind)))  # 128 levels with the field's own object: accepted
+        for depth in (129, 300, 100_000):
+            with pytest.raises(InvalidEventError, match="nested more than 128 levels"):
+                parse_event(make(_nested(depth, kind)))
+
+
+def test_deep_json_text_is_refused_not_a_recursion_error() -> None:
+    deep = '{"type": "session_started", "metadata": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    with pytest.raises(InvalidEventError, match="nested more than 128 levels"):
+        events_module.parse_events_json(deep)
+    with pytest.raises(InvalidEventError, match="line 2: JSON nested more than 128"):
+        events_module.parse_events_json('{"type": "session_started"}\n' + "[" * 100_000)
+
+
+def test_the_depth_helper_for_importers() -> None:
+    check = limits.check_json_depth
+    check(_nested(128), "x")
+    check(json.dumps(_nested(128)), "x")
+    check('["' + "[" * 500 + '"]', "x")  # brackets inside a string do not nest
+    check('["\\"' + "[" * 500 + '"]', "x")  # nor after an escaped quote
+    for value in (_nested(129), json.dumps(_nested(129, "dict")), "[" * 200_000):
+        with pytest.raises(InvalidEventError, match="where: JSON nested more than 128"):
+            check(value, "where")
+
+
+def test_text_that_is_not_json_is_not_refused_for_its_brackets() -> None:
+    # Tool-call arguments are kept verbatim and need not be JSON: braces in code are no nesting.
+    text = "{" * 500 + " not json"
+    assert ToolCall(id="c", name="f", arguments=text).arguments == text
+    limits.check_json_depth("function f() {" * 300, "x")
+    with pytest.raises(ValidationError, match="nested more than 128"):
+        ToolCall(id="c", name="f", arguments="[" * 100_000)  # a JSON parser would recurse into it

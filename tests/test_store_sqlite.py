@@ -185,6 +185,19 @@ def test_vacuum_does_not_renumber_around_a_gap(path: Path) -> None:
         "UPDATE blobs SET data = x'00'",
         "UPDATE blobs SET size = 1",
         "DELETE FROM blobs",
+        # REPLACE deletes the conflicting row without firing DELETE triggers: refused all the same.
+        "INSERT OR REPLACE INTO events SELECT * FROM events WHERE position = 2",
+        "REPLACE INTO events SELECT * FROM events WHERE position = 3",
+        "INSERT OR REPLACE INTO events (position, session_id, version, event_id, type, schema_version, "
+        "payload, recorded_at, prev_hash, hash) SELECT position, session_id, version, 'new-id', type, "
+        "schema_version, '{}', recorded_at, prev_hash, hash FROM events WHERE position = 2",
+        "INSERT OR REPLACE INTO events (position, session_id, version, event_id, type, schema_version, "
+        "payload, recorded_at, prev_hash, hash) SELECT 99, session_id, version, 'new-id', type, "
+        "schema_version, '{}', recorded_at, prev_hash, hash FROM events WHERE position = 2",
+        "INSERT OR REPLACE INTO events (position, session_id, version, event_id, type, schema_version, "
+        "payload, recorded_at, prev_hash, hash) SELECT 99, 'other', 1, event_id, type, "
+        "schema_version, '{}', recorded_at, prev_hash, hash FROM events WHERE position = 2",
+        "UPDATE OR REPLACE events SET position = 2 WHERE position = 3",
     ],
 )
 def test_triggers_refuse_changes(file_store: SQLiteStore, statement: str) -> None:
@@ -194,6 +207,12 @@ def test_triggers_refuse_changes(file_store: SQLiteStore, statement: str) -> Non
     file_store.append("c", [msg("not yet counted")])
     before = snapshot(file_store)
     blobs = file_store.conn.execute("SELECT * FROM blobs").fetchall()
+    # From a plain connection, as any other program would open the file (recursive_triggers off:
+    # there a REPLACE deletes without firing DELETE triggers).
+    raw = sqlite3.connect(file_store.path, isolation_level=None)
+    with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+        raw.execute(statement)
+    raw.close()
     with pytest.raises(sqlite3.IntegrityError, match="immutable"):
         file_store.conn.execute(statement)
     # Through the store's own transaction helper the refusal is a StoreError.
@@ -204,8 +223,25 @@ def test_triggers_refuse_changes(file_store: SQLiteStore, statement: str) -> Non
     assert file_store.verify().ok
 
 
+def test_a_blob_cannot_be_replaced(file_store: SQLiteStore) -> None:
+    # A blob insert meeting a stored id is ignored (append's INSERT OR IGNORE relies on it), so a
+    # REPLACE cannot swap a blob's bytes either.
+    _fill(file_store)
+    blobs = file_store.conn.execute("SELECT * FROM blobs").fetchall()
+    raw = sqlite3.connect(file_store.path, isolation_level=None)
+    raw.execute("INSERT OR REPLACE INTO blobs (id, size, codec, data) SELECT id, 1, 'raw', x'00' FROM blobs")
+    raw.execute("REPLACE INTO blobs (id, size, codec, data) SELECT id, 1, 'raw', x'00' FROM blobs")
+    raw.close()
+    assert file_store.conn.execute("SELECT * FROM blobs").fetchall() == blobs
+    assert file_store.verify().ok
+
+
 def test_filling_in_a_deferred_count_is_the_one_allowed_update(file_store: SQLiteStore) -> None:
     file_store.append("s", [msg("x")])
+    # A deferred count may be filled in once, with a count in range, and never with anything else.
+    for bad in ("-1", "9223372036854775807", "4294967296"):
+        with pytest.raises(sqlite3.IntegrityError, match="immutable"):
+            file_store.conn.execute(f"UPDATE events SET tokens = {bad} WHERE position = 1 AND tokens IS NULL")
     file_store.conn.execute("UPDATE events SET tokens = 1 WHERE position = 1 AND tokens IS NULL")
     with pytest.raises(sqlite3.IntegrityError, match="immutable"):
         file_store.conn.execute("UPDATE events SET tokens = 2 WHERE position = 1")
@@ -594,7 +630,7 @@ def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
             assert s.conn.execute("SELECT codec FROM blobs").fetchall() == [("zlib",)]
     with SQLiteStore.open(path) as s:
         applied = [row[0] for row in s.conn.execute("SELECT version FROM turnlog_migrations")]
-        assert applied == [1, 2]
+        assert applied == [1, 2, 3]
         assert s.read_session("s")[1].event.content == large
         assert s.verify().ok
         s.append("s", [ToolReturned(tool_call_id="c2", content=large + "more\n")])

@@ -7,10 +7,11 @@ from projections.registry import materializer
 from store import SQLiteStore, VerifyReport
 
 
-def verify_all(store: SQLiteStore) -> VerifyReport:
+def verify_all(store: SQLiteStore, *, quick: bool = False) -> VerifyReport:
     """The log's verify report, with a problem added for each projection that differs from a fresh
-    rebuild (only when the log itself is sound: projections of a tampered log prove nothing)."""
-    report = store.verify()
+    rebuild (only when the log itself is sound: projections of a tampered log prove nothing).
+    ``quick`` runs SQLite's quick_check (no index check) instead of the full integrity_check."""
+    report = store.verify(quick=quick)
     if report.ok:
         report.problems += materializer(store).differences()
     return report

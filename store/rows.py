@@ -1,0 +1,252 @@
+"""Stored rows back into events: the one mapper from an events row to a RecordedEvent, the hash of
+a row, and the blob decoder. Shared by the log (store.sqlite) and its checker (store.verify)."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import re
+import sqlite3
+import threading
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import zstandard
+from pydantic import ValidationError
+
+from store.base import RecordedEvent
+from store.errors import CorruptStoreError
+from store.events import (
+    CURRENT_VERSIONS,
+    EVENT_CLASSES,
+    describe_validation_error,
+    load_stored,
+)
+from store.limits import MAX_TOKENS
+
+GENESIS_HASH = "0" * 64
+"""The prev_hash of the first event."""
+
+EVENT_COLUMNS = (
+    "e.position, e.session_id, e.version, e.event_id, e.type, e.schema_version, e.payload, "
+    "e.blob_id, e.tokens, e.recorded_at, e.prev_hash, e.hash, b.codec, b.data"
+)
+EVENT_SELECT = f"SELECT {EVENT_COLUMNS} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id"
+"""The columns record_from_row reads, in its order (events ``e`` joined to their blob ``b``)."""
+
+# The text columns of a row, for finding the one that is not UTF-8 (cast to bytes, they can be read).
+TEXT_COLUMNS = ("session_id", "event_id", "type", "payload", "blob_id", "recorded_at", "prev_hash", "hash")
+TEXT_AS_BYTES = ", ".join(f"CAST(e.{name} AS BLOB)" for name in TEXT_COLUMNS)
+
+
+def select_records(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[RecordedEvent]:
+    """The events a ``WHERE ...`` clause (on ``e``, the events table) selects, as records. A stored row
+    that cannot be decoded raises CorruptStoreError naming its position, never a driver error."""
+    try:
+        return records_from_rows(conn.execute(f"{EVENT_SELECT} {where}", params))
+    except sqlite3.OperationalError as exc:
+        # sqlite3 decodes TEXT as UTF-8 while it steps; invalid bytes end the whole query.
+        if "decode" not in str(exc):
+            raise
+        raise undecodable_row(conn, where, params) from exc
+
+
+def select_decodable(
+    conn: sqlite3.Connection, where: str, params: Sequence[Any]
+) -> tuple[list[RecordedEvent], int, int | None]:
+    """Like select_records, but a row that cannot be decoded is left out instead of ending the read
+    (verify reports it): for work over many sessions' rows, such as counting deferred tokens, which
+    one bad row must not stop for every session. Returns (the records, how many rows were selected,
+    the position of the last one)."""
+    try:
+        records = select_records(conn, where, params)
+    except CorruptStoreError:
+        pass
+    else:
+        return records, len(records), records[-1].position if records else None
+    records = []
+    seen = 0
+    last = None
+    query = (
+        f"SELECT e.position, e.version, e.schema_version, e.tokens, {TEXT_AS_BYTES}, CAST(b.codec AS BLOB), "
+        f"b.data FROM events e LEFT JOIN blobs b ON b.id = e.blob_id {where}"
+    )
+    for pos, version, sv, tokens, *raw in conn.execute(query, params):
+        seen += 1
+        last = pos
+        try:
+            sid, event_id, etype, payload, blob_id, at, prev, digest, codec = (
+                None if value is None else bytes(value).decode("utf-8") for value in raw[:-1]
+            )
+            row = (
+                pos,
+                sid,
+                version,
+                event_id,
+                etype,
+                sv,
+                payload,
+                blob_id,
+                tokens,
+                at,
+                prev,
+                digest,
+                codec,
+                raw[-1],
+            )
+            records.append(record_from_row(row))
+        except (UnicodeDecodeError, CorruptStoreError):
+            continue
+    return records, seen, last
+
+
+def fork_parent(payload: str, session_id: str) -> tuple[str, int] | None:
+    """The (parent session, version) a session_started payload forks at, None when it is no fork.
+    A payload that cannot be read raises CorruptStoreError (every read of the session needs it)."""
+    try:
+        parent = json.loads(payload).get("parent")
+        return (str(parent["session_id"]), int(parent["version"])) if parent else None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise CorruptStoreError(
+            f"session {session_id!r}: its session_started event cannot be read ({exc}); run `turnlog verify`"
+        ) from exc
+
+
+def undecodable_row(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> CorruptStoreError:
+    """The error for the first row of a query whose text is not UTF-8 (read again as bytes)."""
+    query = f"SELECT e.position, {TEXT_AS_BYTES} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id {where}"
+    for position, *columns in conn.execute(query, params):
+        bad = text_column_error(columns)
+        if bad is not None:
+            return CorruptStoreError(f"position {position}: {bad}; run `turnlog verify`")
+    return CorruptStoreError("a stored row holds text that is not valid UTF-8; run `turnlog verify`")
+
+
+def text_column_error(columns: Sequence[bytes | None]) -> str | None:
+    """What is wrong with a row's text columns read as bytes (in TEXT_COLUMNS order), if anything."""
+    for name, value in zip(TEXT_COLUMNS, columns, strict=True):
+        if value is None:
+            continue
+        try:
+            bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"stored {name} is not valid UTF-8 (byte {exc.start})"
+    return None
+
+
+# Rows at their type's current schema version go straight to that class's validator (no union
+# dispatch, no upcasting).
+_VALIDATORS = {name: cls.__pydantic_validator__ for name, cls in EVENT_CLASSES.items()}
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
+
+
+def record_from_row(row: Sequence[Any]) -> RecordedEvent:
+    (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
+    try:
+        validator = _VALIDATORS.get(etype)
+        if validator is not None and CURRENT_VERSIONS[etype] == sv and payload[:1] == "{":
+            if blob_id is None:
+                # The common case, parsed and validated in one pass by pydantic's JSON parser: the
+                # event id is spliced into the stored payload text (the type is the class's default).
+                quoted = f'"{event_id}"' if _PLAIN_ID.fullmatch(event_id) else json.dumps(event_id)
+                rest = "}" if payload == "{}" else "," + payload[1:]
+                event = validator.validate_json(f'{{"event_id":{quoted}{rest}')
+            else:
+                body = json.loads(payload)
+                body["event_id"] = event_id
+                body["content"] = decode_blob(row[12], row[13]).decode("utf-8")
+                event = validator.validate_python(body)
+        else:
+            body = json.loads(payload)
+            if blob_id is not None:
+                body["content"] = decode_blob(row[12], row[13]).decode("utf-8")
+            event = load_stored(etype, sv, event_id, body)
+    except Exception as exc:  # RecursionError and OverflowError too: never more than this row is lost
+        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+        if len(detail) > 300:  # a path 200 levels deep says nothing more than its start
+            detail = detail[:300] + "…"
+        raise CorruptStoreError(
+            f"position {pos}: stored {etype} event cannot be read: {detail}; run `turnlog verify`"
+        ) from exc
+    if tokens is not None and not 0 <= tokens <= MAX_TOKENS:
+        raise CorruptStoreError(
+            f"position {pos}: stored token count {tokens} is out of range; run `turnlog verify`"
+        )
+    return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
+
+
+def records_from_rows(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
+    """Rows turned into records, with the cyclic garbage collector paused."""
+    with gc_paused():
+        return [record_from_row(row) for row in rows]
+
+
+class gc_paused:
+    """Pause the cyclic garbage collector for a block that makes many objects which all survive
+    (decoding or appending a long run of events): every collection of young objects would walk
+    them again, about a sixth of the time of a 20,000-event read. Nothing made there is cyclic
+    garbage, and the collector is switched back on only if it was on."""
+
+    __slots__ = ("was_on",)
+
+    def __enter__(self) -> None:
+        self.was_on = gc.isenabled()
+        if self.was_on:
+            gc.disable()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self.was_on:
+            gc.enable()
+
+
+def event_hash(
+    prev_hash: str,
+    position: int,
+    session_id: str,
+    version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    payload: str,
+    blob_id: str | None,
+    recorded_at: str,
+) -> str:
+    # Length-prefixed fields (length in characters): an unambiguous encoding, whatever characters
+    # the fields hold. Written out in one f-string, since it runs once per appended event.
+    pos, ver, sv, blob = str(position), str(version), str(schema_version), blob_id or ""
+    material = (
+        f"{len(prev_hash)}:{prev_hash};{len(pos)}:{pos};{len(session_id)}:{session_id};"
+        f"{len(ver)}:{ver};{len(event_id)}:{event_id};{len(event_type)}:{event_type};"
+        f"{len(sv)}:{sv};{len(payload)}:{payload};{len(blob)}:{blob};{len(recorded_at)}:{recorded_at};"
+    )
+    # surrogateescape: a row verify read as undecodable bytes hashes to its stored bytes (stored text
+    # never holds lone surrogates otherwise: input refuses them), so the hash is unchanged.
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+_decompressors = threading.local()  # zstd contexts are not thread-safe: one per thread
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    found: zstandard.ZstdDecompressor | None = getattr(_decompressors, "zstd", None)
+    if found is None:
+        found = _decompressors.zstd = zstandard.ZstdDecompressor()
+    return found
+
+
+def decode_blob(codec: str, data: bytes) -> bytes:
+    """A blob's bytes. Raises BlobDecodeError when they cannot be decompressed."""
+    try:
+        if codec == "zstd":
+            return _decompressor().decompress(data)
+        if codec == "zlib":  # written by turnlog before schema 2
+            return zlib.decompress(data)
+    except (zstandard.ZstdError, zlib.error) as exc:
+        raise BlobDecodeError(f"{codec} data cannot be decompressed: {exc}") from exc
+    return bytes(data)
+
+
+class BlobDecodeError(ValueError):
+    """A stored blob's compressed bytes are damaged."""

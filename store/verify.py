@@ -1,0 +1,250 @@
+"""The log's own check behind `turnlog verify`: the database's integrity, the immutability triggers,
+the hash chain, every row decoded, every stored token count recomputed, and the content blobs. It
+reports every finding, with its position where it has one, and carries on past a bad row."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+
+from store.base import VerifyReport
+from store.errors import CorruptStoreError
+from store.events import ArtifactWritten, Event, SummaryRecorded, ToolReturned
+from store.limits import MAX_TOKENS
+from store.rows import (
+    GENESIS_HASH,
+    TEXT_AS_BYTES,
+    TEXT_COLUMNS,
+    BlobDecodeError,
+    decode_blob,
+    event_hash,
+    record_from_row,
+)
+from store.schema import TRIGGERS
+from store.tokenizer import Tokenizer
+
+MAX_PROBLEMS = 100
+"""The most findings a report lists (the count of the rest is added)."""
+
+# An integrity_check line about a row of an events index names the row by its rowid: the position.
+_EVENTS_ROW = re.compile(r"\brow (\d+) missing from index sqlite_autoindex_events_\d+")
+
+
+class _Findings:
+    """The problems found so far, and the positions they name."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        self.report = report
+        self.positions: list[int] = []
+        self.dropped = 0
+
+    def add(self, position: int | None, text: str) -> None:
+        if len(self.report.problems) < MAX_PROBLEMS:
+            self.report.problems.append(text)
+        else:
+            self.dropped += 1
+        if position is not None:
+            self.positions.append(position)
+
+    def finish(self) -> VerifyReport:
+        if self.dropped:
+            self.report.problems.append(f"... and {self.dropped} more problems")
+        self.report.first_bad_position = min(self.positions) if self.positions else None
+        return self.report
+
+
+def verify_log(
+    conn: sqlite3.Connection,
+    count: Callable[[Event], int],
+    tokenizer: Tokenizer,
+    *,
+    quick: bool = False,
+    counted_through: int = 0,
+) -> VerifyReport:
+    """Check the log on ``conn`` inside the caller's read transaction. ``count`` is the store's token
+    count of one event; ``counted_through`` the position up to which every count is filled in."""
+    findings = _Findings(VerifyReport())
+    _check_database(conn, findings, quick)
+    _check_triggers(conn, findings)
+    _check_events(conn, findings, count, tokenizer, counted_through)
+    _check_blobs(conn, findings)
+    return findings.finish()
+
+
+def _check_database(conn: sqlite3.Connection, findings: _Findings, quick: bool) -> None:
+    pragma = "quick_check" if quick else "integrity_check"
+    for (line,) in conn.execute(f"PRAGMA {pragma}(1000)"):
+        if line == "ok":
+            continue
+        found = _EVENTS_ROW.search(line)
+        position = int(found.group(1)) if found else None
+        where = f"position {position}: " if position is not None else ""
+        findings.add(position, f"{where}SQLite {pragma}: {line}")
+
+
+def _check_triggers(conn: sqlite3.Connection, findings: _Findings) -> None:
+    stored = dict(
+        conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ('events', 'blobs')"
+        )
+    )
+    for name, sql in TRIGGERS.items():
+        if name not in stored:
+            findings.add(None, f"trigger {name} is missing: the log is no longer protected against changes")
+        elif _normal(stored[name]) != _normal(sql):
+            findings.add(None, f"trigger {name} was altered: its SQL is not the one turnlog created")
+    for name in sorted(set(stored) - set(TRIGGERS)):
+        findings.add(None, f"trigger {name} on the log is not one turnlog created")
+
+
+def _normal(sql: str) -> str:
+    return " ".join(sql.split()).rstrip(";").strip()
+
+
+def _check_events(
+    conn: sqlite3.Connection,
+    findings: _Findings,
+    count: Callable[[Event], int],
+    tokenizer: Tokenizer,
+    counted_through: int,
+) -> None:
+    report = findings.report
+    expected_pos = 1
+    prev_hash = GENESIS_HASH
+    versions: dict[str, int] = {}
+    # Text read as bytes: a row that is not UTF-8 is reported, and the rows after it still checked.
+    rows = conn.execute(
+        f"SELECT e.position, e.version, e.schema_version, e.tokens, {TEXT_AS_BYTES}, "
+        "CAST(b.codec AS BLOB), b.data FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+        "ORDER BY e.position"
+    )
+    for pos, version, sv, tokens, *raw in rows:
+        report.events += 1
+        texts = dict(zip(TEXT_COLUMNS, raw[: len(TEXT_COLUMNS)], strict=True))
+        codec, data = raw[len(TEXT_COLUMNS)], raw[len(TEXT_COLUMNS) + 1]
+        decoded: dict[str, str | None] = {}
+        for name, value in texts.items():
+            if value is None:
+                decoded[name] = None
+                continue
+            try:
+                decoded[name] = bytes(value).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                findings.add(pos, f"position {pos}: stored {name} is not valid UTF-8 (byte {exc.start})")
+                decoded[name] = bytes(value).decode("utf-8", "surrogateescape")
+        sid, event_id, etype, payload = (
+            decoded[k] or "" for k in ("session_id", "event_id", "type", "payload")
+        )
+        blob_id, at, prev, digest = (decoded[k] for k in ("blob_id", "recorded_at", "prev_hash", "hash"))
+        at, prev, digest = at or "", prev or "", digest or ""
+        if pos != expected_pos:
+            missing = f"{expected_pos}" + (f"-{pos - 1}" if pos - 1 > expected_pos else "")
+            findings.add(expected_pos, f"position {missing}: missing (rows were deleted)")
+        if prev != prev_hash:
+            findings.add(pos, f"position {pos}: prev_hash does not match the previous event")
+        if event_hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at) != digest:
+            findings.add(pos, f"position {pos}: content does not match its hash (tampered)")
+        expected_version = versions.get(sid)
+        if expected_version is None:
+            expected_version = _fork_version(etype, payload)
+        if version != expected_version + 1:
+            findings.add(pos, f"position {pos}: session {sid!r} version {version} out of order")
+        versions[sid] = version
+        prev_hash = digest
+        expected_pos = pos + 1
+        codec_text = bytes(codec).decode("utf-8", "replace") if codec is not None else None
+        row = (
+            pos,
+            sid,
+            version,
+            event_id,
+            etype,
+            sv,
+            payload,
+            blob_id,
+            None,
+            at,
+            prev,
+            digest,
+            codec_text,
+            data,
+        )
+        try:
+            event = record_from_row(row).event
+        except CorruptStoreError as exc:
+            findings.add(pos, str(exc).removesuffix("; run `turnlog verify`"))
+            continue
+        _check_derived(findings, pos, event, tokens, blob_id, count, tokenizer, counted_through)
+    report.head_hash = prev_hash
+
+
+def _check_derived(
+    findings: _Findings,
+    pos: int,
+    event: Event,
+    tokens: int | None,
+    blob_id: str | None,
+    count: Callable[[Event], int],
+    tokenizer: Tokenizer,
+    counted_through: int,
+) -> None:
+    """The values the hash does not cover (the token count column) or that were derived from the
+    content when it was stored: recomputed and compared."""
+    if tokens is None:
+        if pos <= counted_through:
+            findings.add(pos, f"position {pos}: token count missing, though counted up to {counted_through}")
+    elif not 0 <= tokens <= MAX_TOKENS:
+        findings.add(pos, f"position {pos}: stored token count {tokens} is out of range")
+    else:
+        recomputed = count(event)
+        if recomputed != tokens:
+            findings.add(
+                pos,
+                f"position {pos}: stored token count {tokens}, recomputed {recomputed} with {tokenizer.name}",
+            )
+    if isinstance(event, SummaryRecorded):
+        counted = tokenizer.count(event.context_text())
+        if event.tokens != counted:
+            findings.add(pos, f"position {pos}: summary tokens {event.tokens}, recomputed {counted}")
+    elif isinstance(event, (ToolReturned, ArtifactWritten)) and blob_id is not None:
+        if event.artifact_id != blob_id:
+            findings.add(
+                pos, f"position {pos}: artifact_id {event.artifact_id} differs from its blob {blob_id}"
+            )
+        if isinstance(event, ArtifactWritten):
+            size = len(event.content.encode("utf-8"))
+            if event.size != size:
+                findings.add(pos, f"position {pos}: size {event.size}, but the content has {size} bytes")
+
+
+def _check_blobs(conn: sqlite3.Connection, findings: _Findings) -> None:
+    for blob_id, size, codec, data in conn.execute(
+        "SELECT CAST(id AS BLOB), size, CAST(codec AS BLOB), data FROM blobs"
+    ):
+        name = bytes(blob_id).decode("utf-8", "replace")
+        try:
+            raw = decode_blob(bytes(codec).decode("utf-8", "replace"), data)
+        except BlobDecodeError:
+            raw = b""
+        if hashlib.sha256(raw).hexdigest() != name or len(raw) != size:
+            where = conn.execute("SELECT min(position) FROM events WHERE blob_id = ?", (name,)).fetchone()[0]
+            findings.add(where, f"blob {name[:12]}…: content does not match its sha256 (or its size)")
+    for (pos,) in conn.execute(
+        "SELECT e.position FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+        "WHERE e.blob_id IS NOT NULL AND b.id IS NULL"
+    ):
+        findings.add(pos, f"position {pos}: its content blob is missing")
+
+
+def _fork_version(event_type: str, payload: str) -> int:
+    """The parent version a session's first event forks at (0 for a session that is no fork)."""
+    if event_type != "session_started":
+        return 0
+    try:
+        parent = json.loads(payload).get("parent")
+        return int(parent["version"]) if parent else 0
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return 0
