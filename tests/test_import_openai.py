@@ -8,6 +8,7 @@ import json
 import pytest
 
 from store import (
+    MAX_TOKENS,
     InvalidEventError,
     MessageAppended,
     SessionStarted,
@@ -203,7 +204,10 @@ def test_usage_that_is_not_an_object_is_refused(file_store: SQLiteStore) -> None
 
 
 def test_largest_usage_values_are_kept(file_store: SQLiteStore) -> None:
-    usage = {"prompt_tokens": 2**62, "completion_tokens": 0, "prompt_tokens_details": None}
+    usage = {"prompt_tokens": MAX_TOKENS, "completion_tokens": 0, "prompt_tokens_details": None}
     import_file(file_store, json.dumps({"messages": SIMPLE, "usage": usage}), "openai", session="s")
     recorded = file_store.read_session("s")[-1].event
-    assert isinstance(recorded, UsageRecorded) and recorded.input_tokens == 2**62
+    assert isinstance(recorded, UsageRecorded) and recorded.input_tokens == MAX_TOKENS
+    usage["prompt_tokens"] = MAX_TOKENS + 1
+    with pytest.raises(InvalidEventError, match="prompt_tokens must be a whole number"):
+        import_file(file_store, json.dumps({"messages": SIMPLE, "usage": usage}), "openai", session="t")

@@ -300,6 +300,12 @@ USER = {"part_kind": "user-prompt", "content": "hi"}
             ]
         ],
         (json.dumps([_message(USER)]) + "\n" + "{broken", "line 2: malformed JSON"),
+        (
+            json.dumps(
+                [_message({"part_kind": "tool-return", "tool_call_id": "c1", "content": "x", "outcome": []})]
+            ),
+            "'outcome' must be a string",
+        ),
     ],
 )
 def test_bad_histories_are_refused_and_store_unchanged(

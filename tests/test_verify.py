@@ -225,7 +225,9 @@ def test_verify_runs_a_full_integrity_check_and_quick_skips_the_indexes(
         full = store.verify()
     assert quick.ok, quick.problems
     assert not full.ok
-    assert full.first_bad_position == position
+    # A key out of order can also hide its neighbours from the index's search (event ids are random,
+    # so which ones varies): the changed row is among the findings and the first finding is no later.
+    assert full.first_bad_position is not None and full.first_bad_position <= position
     assert any("integrity_check" in p and f"position {position}" in p for p in full.problems)
     assert runner.invoke(cli, ["--db", str(db_path), "verify", "--quick"]).exit_code == 0
     result = runner.invoke(cli, ["--db", str(db_path), "verify"])

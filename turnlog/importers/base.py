@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from store import (
+    MAX_TOKENS,
     NO_SESSION,
     Event,
     EventStore,
@@ -312,8 +313,9 @@ def _too_deep(data: Any, *, check_strings: bool, where: str) -> bool:
     return False
 
 
-MAX_TOKEN_COUNT = 2**63 - 1
-"""The largest token count an import accepts: SQLite's largest integer."""
+MAX_TOKEN_COUNT = MAX_TOKENS
+"""The largest token count an import accepts: the event models' bound, so the error can name the
+transcript's own field."""
 
 
 def token_count(value: Any, name: str, where: str) -> int:

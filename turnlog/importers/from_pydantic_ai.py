@@ -237,6 +237,8 @@ class _PydanticAIReader:
         name = part.get("tool_name") if isinstance(part.get("tool_name"), str) else None
         content = part.get("content")
         outcome = part.get("outcome", "success")
+        if not isinstance(outcome, str):
+            raise InvalidEventError(f"{position}: 'outcome' must be a string, not {type(outcome).__name__}")
         is_error = outcome in _PAI_ERROR_OUTCOMES
         text = _feedback_text(content, position) if is_error else _json_text(content)
         return ToolReturned(
