@@ -3,7 +3,12 @@ written in the same transaction as the rows, so a crash can never leave the two 
 
 Each projection is deterministic: its rows after processing positions 1..P depend only on those
 events. So catching up incrementally, rebuilding from zero and resuming from any checkpoint give the
-same rows — the property the tests check for every projection."""
+same rows — the property the tests check for every projection.
+
+Writers advance the rows after their commit. A store opened read-only never writes: what its file's
+rows lack (they are behind the log, or missing) is folded into temp copies of the tables that shadow
+them on its own connection (SQLite resolves an unqualified name in the temp schema first), so every
+read sees the rows as a catch-up would have written them."""
 
 from __future__ import annotations
 
@@ -68,9 +73,14 @@ class Materializer:
         self.store = store
         self.projections = list(projections)
         self._ready = False
+        self._folded: dict[str, int] = {}
+        """Read-only store: the projections shadowed in temp, and the position each has applied."""
 
     def _prepare(self) -> None:
         if self._ready:
+            return
+        if self.store.readonly:  # nothing to create: missing tables are folded in temp
+            self._ready = True
             return
         with self.store.atomic() as conn:
             conn.execute(_CHECKPOINTS)
@@ -90,13 +100,24 @@ class Materializer:
         """The last position the projection has applied."""
         self._prepare()
         with self.store.reading() as conn:
+            return self._position(conn, projection)
+
+    def _position(self, conn: sqlite3.Connection, projection: Projection) -> int:
+        if not self.store.readonly:
             return _checkpoint(conn, projection)
+        folded = self._folded.get(projection.name)
+        if folded is not None:
+            return folded
+        stored = _stored_checkpoint(conn, projection)
+        return 0 if stored is None else stored
 
     def catch_up(self, *, through: int | None = None, progress: Progress | None = None) -> int:
         """Apply every event not applied yet (up to ``through``), reading each batch of events once
         for all projections; return the last position applied. Token counts are caught up first,
         since projections use them."""
         self._prepare()
+        if self.store.readonly:
+            return self._fold(through)
         # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
         # the counts in the same transaction as the projections (one commit, one fsync, per turn).
         pending = self.store.count_pending(limit=BATCH)
@@ -110,7 +131,8 @@ class Materializer:
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
-            with self.store.atomic() as conn:
+            # Not durable: the rows are remade from the log if a power loss takes them back.
+            with self.store.atomic(durable=False) as conn:
                 if pending is not None:
                     write_token_counts(conn, *pending)
                     pending = None
@@ -139,6 +161,46 @@ class Materializer:
             if progress is not None:
                 progress(end, limit)
 
+    def _fold(self, through: int | None) -> int:
+        """A read-only store's catch-up, in temp tables on its connection (see the module's doc)."""
+        self.store.catch_up_tokens()  # folded in memory too
+        limit = self.store.counted_position()
+        if through is not None:
+            limit = min(limit, through)
+        with self.store.reading() as conn:
+            for projection in self.projections:
+                if projection.name in self._folded:
+                    continue
+                stored = _stored_checkpoint(conn, projection)
+                if stored is not None and stored >= limit:
+                    continue
+                projection.create(conn, "temp")
+                if stored is not None:
+                    for table in projection.tables:
+                        conn.execute(f"INSERT INTO temp.{table} SELECT * FROM main.{table}")
+                self._folded[projection.name] = stored or 0
+            while True:
+                behind = [p for p in self.projections if self._folded.get(p.name, limit) < limit]
+                if not behind:
+                    break
+                start = min(self._folded[p.name] for p in behind)
+                end = min(limit, start + BATCH)
+                records = records_between(conn, start, end, _union_types(p.types for p in behind))
+                for projection in behind:
+                    own = self._folded[projection.name]
+                    if own >= end:
+                        continue
+                    projection.apply(
+                        conn,
+                        [
+                            r
+                            for r in records
+                            if r.position > own and (projection.types is None or r.type in projection.types)
+                        ],
+                    )
+                    self._folded[projection.name] = end
+            return min((self._position(conn, p) for p in self.projections), default=limit)
+
     def reset(self) -> None:
         """Empty every projection and its checkpoint (the next catch-up starts from zero)."""
         self._prepare()
@@ -166,15 +228,22 @@ class Materializer:
         problems = []
         with self.store.reading() as conn:
             for projection in self.projections:
-                if _checkpoint(conn, projection) != head:
+                if self._position(conn, projection) != head:
                     problems.append(f"projection {projection.name}: behind the log")
                     continue
+                # A read-only store's caught-up rows are its temp shadow: kept aside, and the
+                # shadow made again by the next catch-up.
+                shadowed = self._folded.pop(projection.name, None) is not None
+                materialized = projection.snapshot(conn, "temp" if shadowed else "main")
+                if shadowed:
+                    for table in projection.tables:
+                        conn.execute(f"DROP TABLE temp.{table}")
                 try:
                     projection.create(conn, "temp")
                     for start in range(0, head, BATCH):
                         end = min(head, start + BATCH)
                         projection.apply(conn, records_between(conn, start, end, projection.types))
-                    if projection.snapshot(conn, "temp") != projection.snapshot(conn, "main"):
+                    if projection.snapshot(conn, "temp") != materialized:
                         problems.append(
                             f"projection {projection.name}: rows differ from a fresh rebuild; "
                             "run `turnlog rebuild`"
@@ -234,6 +303,20 @@ def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: 
         "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
         (projection.name, projection.version, position),
     )
+
+
+def _stored_checkpoint(conn: sqlite3.Connection, projection: Projection) -> int | None:
+    """The position the file's rows of a projection have applied, or None when they cannot be used
+    (tables missing, or written by another version of the projection)."""
+    names = {row[0] for row in conn.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    if "projection_checkpoints" not in names or not set(projection.tables) <= names:
+        return None
+    row = conn.execute(
+        "SELECT version, position FROM main.projection_checkpoints WHERE name = ?", (projection.name,)
+    ).fetchone()
+    if row is None or row[0] != projection.version:
+        return None
+    return int(row[1])
 
 
 def _checkpoint(conn: sqlite3.Connection, projection: Projection) -> int:

@@ -13,6 +13,7 @@ from projections.todos import TodosProjection
 from store import SQLiteStore
 
 _MATERIALIZERS: weakref.WeakKeyDictionary[SQLiteStore, Materializer] = weakref.WeakKeyDictionary()
+_KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
 def all_projections() -> list[Projection]:
@@ -27,3 +28,20 @@ def materializer(store: SQLiteStore) -> Materializer:
         found = Materializer(store, all_projections())
         _MATERIALIZERS[store] = found
     return found
+
+
+def keep_caught_up(store: SQLiteStore) -> None:
+    """Make every append to ``store`` advance its token counts and materialized projections right
+    after the append commits, so readers (which never write) rarely have anything to fold.
+    Idempotent; nothing to do for a read-only store."""
+    if store.readonly or store in _KEPT:
+        return
+    ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
+
+    def advance() -> None:
+        kept = ref()
+        if kept is not None:
+            materializer(kept).catch_up()
+
+    store.on_append(advance)
+    _KEPT.add(store)
