@@ -218,7 +218,10 @@ class Materializer:
     def snapshots(self) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
         """Every projection's rows, by projection name (for comparisons)."""
         with self.store.reading() as conn:
-            return {p.name: p.snapshot(conn) for p in self.projections}
+            return {
+                p.name: p.snapshot(conn, "temp" if p.name in self._folded else "main")
+                for p in self.projections
+            }
 
     def differences(self) -> list[str]:
         """Compare every projection, caught up, with a fresh rebuild of it; return one line per
