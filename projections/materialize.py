@@ -111,19 +111,36 @@ class Materializer:
         stored = _stored_checkpoint(conn, projection)
         return 0 if stored is None else stored
 
-    def catch_up(self, *, through: int | None = None, progress: Progress | None = None) -> int:
+    def catch_up(
+        self,
+        *,
+        through: int | None = None,
+        progress: Progress | None = None,
+        appended: Sequence[RecordedEvent] = (),
+    ) -> int:
         """Apply every event not applied yet (up to ``through``), reading each batch of events once
         for all projections; return the last position applied. Token counts are caught up first,
-        since projections use them."""
+        since projections use them. ``appended``: the records an append of this process just
+        stored (a writer's catch-up after its commit), whose counts are made from memory."""
         self._prepare()
         if self.store.readonly:
             return self._fold(through)
         # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
-        # the counts in the same transaction as the projections (one commit, one fsync, per turn).
-        pending = self.store.count_pending(limit=BATCH)
-        if pending is not None and len(pending[0]) >= BATCH:
-            self.store.catch_up_tokens()  # a large backlog: in its own batches first
-            pending = None
+        # the counts in the same transaction as the projections (one commit per turn).
+        pending: tuple[list[tuple[int, int]], int] | None
+        after: int | None = None  # the counts are only the appended events': all before must be counted
+        if appended and through is None:
+            counts = self.store.count_event_tokens
+            pending = (
+                [(r.tokens if r.tokens is not None else counts(r.event), r.position) for r in appended],
+                appended[-1].position,
+            )
+            after = appended[0].position - 1
+        else:
+            pending = self.store.count_pending(limit=BATCH)
+            if pending is not None and len(pending[0]) >= BATCH:
+                self.store.catch_up_tokens()  # a large backlog: in its own batches first
+                pending = None
         if pending is None:
             with self.store.reading() as conn:
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
@@ -133,12 +150,19 @@ class Materializer:
         while True:
             # Not durable: the rows are remade from the log if a power loss takes them back.
             with self.store.atomic(durable=False) as conn:
+                limit = counted_through(conn)
                 if pending is not None:
+                    if after is not None and limit < after:
+                        # Older events still wait for their counts (a catch-up that did not run):
+                        # the general path counts them all.
+                        pending = None
+                        break
                     write_token_counts(conn, *pending)
+                    limit = max(limit, pending[1])
                     pending = None
                 # Re-read inside the write lock: another process may have advanced them meanwhile.
-                starts = {p.name: _checkpoint(conn, p) for p in self.projections}
-                limit = counted_through(conn)
+                stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
+                starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
                 if through is not None:
                     limit = min(limit, through)
                 start = min(starts.values(), default=limit)
@@ -160,6 +184,7 @@ class Materializer:
                     _set_checkpoint(conn, projection, end)
             if progress is not None:
                 progress(end, limit)
+        return self.catch_up(through=through, progress=progress)
 
     def _fold(self, through: int | None) -> int:
         """A read-only store's catch-up, in temp tables on its connection (see the module's doc)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 from projections.artifacts import ArtifactsProjection
 from projections.context_index import ContextIndex
@@ -10,7 +11,7 @@ from projections.ledger import Ledger
 from projections.materialize import Materializer, Projection
 from projections.sessions import SessionsProjection
 from projections.todos import TodosProjection
-from store import SQLiteStore
+from store import RecordedEvent, SQLiteStore
 
 _MATERIALIZERS: weakref.WeakKeyDictionary[SQLiteStore, Materializer] = weakref.WeakKeyDictionary()
 _KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
@@ -38,10 +39,10 @@ def keep_caught_up(store: SQLiteStore) -> None:
         return
     ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
 
-    def advance() -> None:
+    def advance(records: Sequence[RecordedEvent]) -> None:
         kept = ref()
         if kept is not None:
-            materializer(kept).catch_up()
+            materializer(kept).catch_up(appended=records)
 
     store.on_append(advance)
     _KEPT.add(store)

@@ -157,7 +157,7 @@ class SQLiteStore(EventStore):
         self.wal_size_limit = WAL_SIZE_LIMIT
         self._lock = threading.RLock()
         self._lineages: dict[str, list[tuple[str, int, int]]] = {}
-        self._after_append: list[Callable[[], None]] = []
+        self._after_append: list[Callable[[Sequence[RecordedEvent]], None]] = []
         self._scratch = scratch  # the private copy a read-only store reads, removed on close
         memory = path == ":memory:" or path.startswith("file:")
         self._wal_file = None if memory or readonly else path + "-wal"
@@ -280,8 +280,9 @@ class SQLiteStore(EventStore):
             raise
         return cls(conn, path, loaded, token_counting, readonly=True, scratch=scratch)
 
-    def on_append(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` after every append that stored events, once its transaction has committed
+    def on_append(self, hook: Callable[[Sequence[RecordedEvent]], None]) -> None:
+        """Call ``hook`` with the records of every append that stored events, once its transaction
+        has committed
         (the application layer advances its materialized state here). A StoreError it raises is
         not the append's: the events are stored, and what the hook did not do is done by the next
         one or folded by readers."""
@@ -391,7 +392,7 @@ class SQLiteStore(EventStore):
             raise
         for hook in self._after_append:
             with contextlib.suppress(StoreError):  # derived state only: see on_append
-                hook()
+                hook(records)
         return records
 
     def _append_locked(
