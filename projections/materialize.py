@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
@@ -129,13 +130,12 @@ class Materializer:
         # the counts in the same transaction as the projections (one commit per turn).
         pending: tuple[list[tuple[int, int]], int] | None
         after: int | None = None  # the counts are only the appended events': all before must be counted
+        fresh: list[RecordedEvent] = []  # the appended records with their counts, applied without a read
         if appended and through is None:
-            counts = self.store.count_event_tokens
-            pending = (
-                [(r.tokens if r.tokens is not None else counts(r.event), r.position) for r in appended],
-                appended[-1].position,
-            )
-            after = appended[0].position - 1
+            count = self.store.count_event_tokens
+            fresh = [r if r.tokens is not None else replace(r, tokens=count(r.event)) for r in appended]
+            pending = ([(r.tokens or 0, r.position) for r in fresh], fresh[-1].position)
+            after = fresh[0].position - 1
         else:
             pending = self.store.count_pending(limit=BATCH)
             if pending is not None and len(pending[0]) >= BATCH:
@@ -170,7 +170,10 @@ class Materializer:
                 if end <= start:
                     return start
                 wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
-                records = records_between(conn, start, end, wanted)
+                if fresh and start == after and end == fresh[-1].position:
+                    records = [r for r in fresh if wanted is None or r.type in wanted]
+                else:
+                    records = records_between(conn, start, end, wanted)
                 for projection in self.projections:
                     own = starts[projection.name]
                     if own >= end:
@@ -184,6 +187,8 @@ class Materializer:
                     _set_checkpoint(conn, projection, end)
             if progress is not None:
                 progress(end, limit)
+            if end >= limit:
+                return end  # no transaction just to find that nothing is left
         return self.catch_up(through=through, progress=progress)
 
     def _fold(self, through: int | None) -> int:
