@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Sequence
 
 from store.errors import CorruptStoreError, StoreError
+from store.schema import LATEST_VERSION
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -78,6 +79,36 @@ def connect_readonly(path: str, busy_timeout: float) -> tuple[sqlite3.Connection
             raise
     except (sqlite3.DatabaseError, OSError) as exc:
         raise _open_error(path, first) from exc
+
+
+def schema_for_reading(conn: sqlite3.Connection, path: str) -> str:
+    """Check, without writing, that a file opened read-only is a turnlog store this code can read;
+    return the tokenizer it records."""
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if names and "turnlog_migrations" not in names:
+        raise CorruptStoreError(
+            f"{path} is an SQLite database but not a turnlog store (tables: "
+            f"{', '.join(sorted(names)[:5])}); choose another path"
+        )
+    if not names:
+        raise CorruptStoreError(
+            f"{path} is an empty SQLite database, not a turnlog store; create one with `turnlog init`"
+        )
+    newest = conn.execute("SELECT max(version) FROM turnlog_migrations").fetchone()[0] or 0
+    if newest > LATEST_VERSION:
+        raise CorruptStoreError(
+            f"{path} has schema version {newest}, newer than this turnlog knows ({LATEST_VERSION}); "
+            "upgrade turnlog"
+        )
+    if newest < LATEST_VERSION:
+        raise StoreError(
+            f"{path} has schema version {newest}; this turnlog reads version {LATEST_VERSION}. Open it "
+            "once for writing to upgrade it (e.g. `turnlog init`), then read it"
+        )
+    row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
+    if row is None:
+        raise CorruptStoreError(f"{path}: the store records no tokenizer; run `turnlog verify`")
+    return str(row[0])
 
 
 def _connect(uri: str, busy_timeout: float) -> sqlite3.Connection:

@@ -60,7 +60,13 @@ from store.events import (
     load_stored,
     parse_event,
 )
-from store.readonly import check_store_file, connect_readonly, fold_token_counts, remove_scratch
+from store.readonly import (
+    check_store_file,
+    connect_readonly,
+    fold_token_counts,
+    remove_scratch,
+    schema_for_reading,
+)
 from store.schema import LATEST_VERSION, MIGRATIONS
 from store.tokenizer import (
     DEFAULT_ENCODING,
@@ -267,7 +273,7 @@ class SQLiteStore(EventStore):
         try:
             with _translate(path):
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-                recorded = _schema_for_reading(conn, path)
+                recorded = schema_for_reading(conn, path)
             if tokenizer is not None and tokenizer != recorded:
                 raise TokenizerError(
                     f"{path} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
@@ -1123,32 +1129,6 @@ def _claim(path: str) -> bool:
     except OSError as exc:
         raise StoreError(f"cannot create {path}: {exc.strerror or exc}") from exc
     return True
-
-
-def _schema_for_reading(conn: sqlite3.Connection, path: str) -> str:
-    """Check, without writing, that a file opened read-only is a turnlog store this code can read;
-    return the tokenizer it records."""
-    _refuse_foreign(conn, path)
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "turnlog_migrations" not in names:
-        raise CorruptStoreError(
-            f"{path} is an empty SQLite database, not a turnlog store; create one with `turnlog init`"
-        )
-    newest = conn.execute("SELECT max(version) FROM turnlog_migrations").fetchone()[0] or 0
-    if newest > LATEST_VERSION:
-        raise CorruptStoreError(
-            f"{path} has schema version {newest}, newer than this turnlog knows ({LATEST_VERSION}); "
-            "upgrade turnlog"
-        )
-    if newest < LATEST_VERSION:
-        raise StoreError(
-            f"{path} has schema version {newest}; this turnlog reads version {LATEST_VERSION}. Open it "
-            "once for writing to upgrade it (e.g. `turnlog init`), then read it"
-        )
-    row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
-    if row is None:
-        raise CorruptStoreError(f"{path}: the store records no tokenizer; run `turnlog verify`")
-    return str(row[0])
 
 
 def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
