@@ -3,9 +3,10 @@ read-only folder, with or without committed frames still in its -wal) and leaves
 was; what writers have not materialized yet is folded in memory; a file that is no store is refused
 untouched; and every write path leaves the token counts and projections caught up.
 
-The store is made unwritable with file modes; tests run as root, which ignores them, so the read
-commands then run as the user ``nobody`` (``setpriv``), and a check that ``nobody`` really cannot
-write there comes first."""
+The store is made unwritable with file modes. Root ignores them, so a test running as root runs the
+read commands as the user ``nobody`` (``setpriv``), or, where ``nobody`` cannot reach this checkout,
+as root inside a mount namespace where the store's folder is a read-only bind mount; either way a
+check that the reader really cannot write there comes first."""
 
 from __future__ import annotations
 
@@ -32,12 +33,27 @@ from turnlog.cli import cli
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
 TURNLOG = Path(sys.executable).parent / "turnlog"
 AS_ROOT = os.geteuid() == 0
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if AS_ROOT else []
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 TIMEOUT = 120
 
 
-def run_cli(db: Path, *args: str, as_nobody: bool = False) -> subprocess.CompletedProcess[str]:
-    command = [*(NOBODY if as_nobody else []), str(TURNLOG), "--db", str(db), *args]
+def reader(folder: Path) -> list[str]:
+    """The command prefix that runs a program unable to write to ``folder``."""
+    if not AS_ROOT:
+        return []
+    if (
+        shutil.which("setpriv")
+        and subprocess.run([*NOBODY, str(TURNLOG), "--version"], capture_output=True).returncode == 0
+    ):
+        return NOBODY
+    if shutil.which("unshare") is None:
+        pytest.fail("running as root needs setpriv (with a checkout nobody can read) or unshare")
+    mount = f'mount --bind "{folder}" "{folder}" && mount -o remount,bind,ro "{folder}" && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", mount, "sh"]
+
+
+def run_cli(db: Path, *args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    command = [*(prefix or []), str(TURNLOG), "--db", str(db), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
@@ -48,8 +64,6 @@ def hashes(folder: Path) -> dict[str, str]:
 @pytest.fixture
 def public_dir() -> Iterator[Path]:
     """A folder ``nobody`` can reach (pytest's tmp_path is private to root)."""
-    if AS_ROOT and shutil.which("setpriv") is None:
-        pytest.fail("running as root needs setpriv to check reads as an unprivileged user")
     folder = Path(tempfile.mkdtemp(prefix="turnlog-readonly-"))
     folder.chmod(0o755)
     try:
@@ -60,16 +74,18 @@ def public_dir() -> Iterator[Path]:
         shutil.rmtree(folder)
 
 
-def make_read_only(folder: Path) -> None:
+def make_read_only(folder: Path) -> list[str]:
+    """Make the folder and its files read-only; return the prefix of a reader that cannot write them."""
     for path in folder.iterdir():
         path.chmod(0o444)
     folder.chmod(0o555)
-    probe = subprocess.run([*NOBODY, "touch", str(folder / "probe")], capture_output=True, check=False)
+    prefix = reader(folder)
+    probe = subprocess.run([*prefix, "touch", str(folder / "probe")], capture_output=True, check=False)
     assert probe.returncode != 0, "the folder must not be writable for the reader"
-    if AS_ROOT:
-        store = next(folder.glob("*.db"))
-        probe = subprocess.run([*NOBODY, "sh", "-c", f"echo >> {store}"], capture_output=True, check=False)
-        assert probe.returncode != 0, "the store file must not be writable for the reader"
+    store = next(folder.glob("*.db"))
+    probe = subprocess.run([*prefix, "sh", "-c", f"echo >> '{store}'"], capture_output=True, check=False)
+    assert probe.returncode != 0, "the store file must not be writable for the reader"
+    return prefix
 
 
 def build_behind_store(path: Path) -> SQLiteStore:
@@ -152,10 +168,10 @@ def test_every_read_command_works_on_a_read_only_store_and_changes_no_byte(publi
 
     for name in ("wal-only", "wal-and-shm", "checkpointed"):
         folder = layouts[name]
-        make_read_only(folder)
+        prefix = make_read_only(folder)
         before = hashes(folder)
         for args in reads if name == "wal-only" else reads[:5]:
-            done = run_cli(folder / "t.db", *args, as_nobody=True)
+            done = run_cli(folder / "t.db", *args, prefix=prefix)
             assert (name, args, done.returncode, done.stderr) == (name, args, 0, "")
             assert done.stdout == expected[args].stdout, (name, args)
         assert hashes(folder) == before, name
