@@ -28,6 +28,8 @@ class Capped:
     """Tokens of the original text."""
     capped: bool
     """False when the text fitted and is shown whole."""
+    shown_tokens: int
+    """Tokens of the original text still shown (0: only the notice is left)."""
 
 
 def cap_text(
@@ -48,7 +50,7 @@ def cap_text(
         raise ValueError(f"a token cap must be at least {MIN_CAP}, got {max_tokens}")
     total = total_tokens if total_tokens is not None else tokenizer.count(text)
     if total <= max_tokens:
-        return Capped(text, total, total, False)
+        return Capped(text, total, total, False, total)
     # Reserve room for the notice as it will read with the largest numbers it can show.
     reserve = tokenizer.count(notice(total, total)) + 2
     available = max_tokens - reserve
@@ -63,14 +65,22 @@ def cap_text(
         result = f"{head}\n{notice(shown, total)}\n{tail}" if tail else f"{head}\n{notice(shown, total)}"
         tokens = tokenizer.count(result)
         if tokens <= max_tokens:
-            return Capped(result, tokens, total, True)
+            return Capped(result, tokens, total, True, shown)
         available -= tokens - max_tokens
+    # No room for any of the text: the notice alone, always whole (a notice cut short can end in
+    # the middle of the id it names); where even that does not fit, a short one that names nothing.
     only = notice(0, total)
     tokens = tokenizer.count(only)
     if tokens > max_tokens:
-        only = tokenizer.head(only, max_tokens)
+        only = short_notice(total)
         tokens = tokenizer.count(only)
-    return Capped(only, tokens, total, True)
+    return Capped(only, tokens, total, True, 0)
+
+
+def short_notice(total: int) -> str:
+    """The notice of a text of which nothing is shown, when the full notice does not fit: at most
+    ``MIN_CAP`` tokens whatever ``total`` is."""
+    return f"[turnlog: capped: 0 of {total:,} tokens shown]"
 
 
 def _to_line_end(head: str) -> str:

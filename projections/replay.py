@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from projections.context import BuiltContext, ContextPolicy, build_context
+from projections.context import PRIME_TOKENS, BuiltContext, ContextPolicy, build_context
+from projections.formats import render
 from store import (
     ContextBuilt,
     ManifestEntry,
@@ -117,12 +118,34 @@ def _call(
         return ModelCall(number, built_event.at_position, manifest.session_id, run_id or built_event.run_id,
                          model or built_event.model, billed, "manifest", built_event.total_tokens,
                          built_event.entries)  # fmt: skip
+    if store.version_at(answer.session_id, at) == 0:
+        # The answer is the session's first event: the model was sent nothing of it (a greeting
+        # the agent opens with). That call is replayed with an empty context, not refused.
+        built = _empty(store, answer.session_id, policy, at)
+        return ModelCall(number, at, answer.session_id, run_id, model, billed, "rebuilt", built.total_tokens,
+                         built.entries, context=built)  # fmt: skip
     try:
         built = build_context(store, answer.session_id, policy, at=at)
     except StoreError as exc:
         raise StoreError(f"call {number} (position {answer.position}): {exc}") from exc
     return ModelCall(number, at, answer.session_id, run_id, model, billed, "rebuilt", built.total_tokens,
                      built.entries, context=built)  # fmt: skip
+
+
+def _empty(store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int) -> BuiltContext:
+    built = BuiltContext(
+        session_id=session_id,
+        at_position=at,
+        head_version=0,
+        policy=policy,
+        tokenizer=store.tokenizer.name,
+        total_tokens=PRIME_TOKENS,
+        messages=[],
+        omitted_messages=0,
+        omitted_tokens=0,
+    )
+    built.rendered = render([], policy.format)
+    return built
 
 
 def _keys(entries: tuple[ManifestEntry, ...], modes: tuple[str, ...] | None = None) -> dict[str, str]:

@@ -132,12 +132,19 @@ class EventStore(abc.ABC):
         events: Sequence[Event],
         *,
         expected_version: Expected = ANY,
+        recorded_at: Sequence[str] | None = None,
+        bounded: bool = True,
     ) -> list[RecordedEvent]:
         """Append a batch atomically: all of it or nothing. Returns the recorded events.
 
         A retried batch whose ids are all stored with the same content returns the stored records
         and writes nothing; a batch of which only part is stored raises DuplicateEventError. A stale
         ``expected_version`` raises VersionConflictError.
+
+        ``recorded_at`` gives each event its original time (ISO 8601 with a UTC offset), for an
+        import that restores an export; by default every event gets the time of the append.
+        ``bounded=False`` lifts the backend's limit on the events of one batch (an import stores
+        each session in one transaction, whatever its size).
         """
 
     @abc.abstractmethod

@@ -4,6 +4,7 @@ a hash chain over every event, content-addressed blobs, and token counts stored 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import difflib
 import gc
 import hashlib
@@ -368,10 +369,13 @@ class SQLiteStore(EventStore):
         events: Sequence[Event],
         *,
         expected_version: Expected = ANY,
+        recorded_at: Sequence[str] | None = None,
+        bounded: bool = True,
     ) -> list[RecordedEvent]:
         _check_session_id(session_id)
         _check_expected(expected_version)
-        if len(events) > MAX_BATCH:
+        times = None if recorded_at is None else _recorded_times(recorded_at, len(events))
+        if bounded and len(events) > MAX_BATCH:
             raise InvalidEventError(f"a batch holds at most {MAX_BATCH} events, got {len(events)}; split it")
         with _gc_paused():  # a batch makes many objects that all survive (see _records)
             prepared = [self._prepare(event, i) for i, event in enumerate(events, 1)]
@@ -383,7 +387,7 @@ class SQLiteStore(EventStore):
             return []
         try:
             with self.atomic() as conn, _gc_paused():
-                records = self._append_locked(conn, session_id, prepared, expected_version)
+                records = self._append_locked(conn, session_id, prepared, expected_version, times)
         except (_StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
             # A retry of a batch that is already stored fails one of the checks (its versions are
             # taken, its session_started is no longer first, or its ids are): only then is it
@@ -407,6 +411,7 @@ class SQLiteStore(EventStore):
         session_id: str,
         prepared: list[_Prepared],
         expected_version: Expected,
+        times: list[str] | None = None,
     ) -> list[RecordedEvent]:
         """The append itself, inside the write transaction. Duplicate ids surface as _StoredEventId
         from the insert (the UNIQUE index checks them), not from a lookup of every id first."""
@@ -441,6 +446,9 @@ class SQLiteStore(EventStore):
             pos = position + offset
             version = head + offset
             event = item.event
+            if times is not None:
+                recorded_at = times[offset - 1]
+                time_part = f"{len(recorded_at)}:{recorded_at};"
             blob_id = item.blob[0] if item.blob else None
             if item.blob:
                 blobs[item.blob[0]] = item.blob
@@ -1438,6 +1446,27 @@ def _now() -> str:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         _second = (seconds, text)
     return f"{text}.{fraction:06d}+00:00"
+
+
+def _recorded_times(values: Sequence[str], count: int) -> list[str]:
+    """Given times of recording, one per event, in the store's own format (as _now writes it)."""
+    if len(values) != count:
+        raise InvalidEventError(
+            f"recorded_at holds {len(values)} times for {count} events; give one per event"
+        )
+    times = []
+    for index, value in enumerate(values, 1):
+        try:
+            when = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise InvalidEventError(
+                f"recorded_at of event {index}: {str(value)[:60]!r} is not an ISO 8601 time with a UTC "
+                "offset (such as 2025-01-31T12:00:00.000000+00:00)"
+            )
+        times.append(when.astimezone(datetime.UTC).isoformat(timespec="microseconds"))
+    return times
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -4,13 +4,16 @@ status that leave the store unchanged."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from store import SQLiteStore
+from store import MessageAppended, SQLiteStore
 from tests.conftest import FIXTURES
 from turnlog.cli import cli
 
@@ -197,3 +200,153 @@ def test_every_command_is_shown_in_the_readme() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for name, _ in _leaf_commands():
         assert f"turnlog {name}" in readme, f"README.md never shows `turnlog {name}`"
+
+
+# --- hostile input: one clear line, exit != 0, no traceback, store unchanged ---------------------
+
+HOSTILE_BYTES = b"\xff\xfe\x1b[2J"
+
+
+def _seeded(db: Path) -> int:
+    with SQLiteStore.open(db, create=True) as store:
+        store.append("s", [MessageAppended(role="user", content="hi")])
+        return store.count_events()
+
+
+# The console script's entry point, as a real process (``python -m turnlog.cli`` would run the module
+# before its command groups register).
+ENTRY = [sys.executable, "-c", "from turnlog.cli import main; main()"]
+
+
+def _turnlog(db: Path, *args: bytes | str) -> subprocess.Popen[bytes]:
+    argv = [*ENTRY, "--db", str(db), *args]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_every_command_refuses_arguments_that_are_not_utf8(db_path: Path) -> None:
+    """Run as real processes: only a real argv can hold bytes that are not UTF-8."""
+    before = _seeded(db_path)
+    running = []
+    for name, command in _leaf_commands():
+        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        hostile: list[bytes | str] = [HOSTILE_BYTES] * max(len(arguments), 1)
+        running.append((name, _turnlog(db_path, *name.split(), *hostile)))
+    running.append(("--db", _turnlog(Path(os.fsdecode(HOSTILE_BYTES)), "sessions")))
+    for name, process in running:
+        out, err = process.communicate()
+        assert process.returncode == 2, (name, err)
+        assert b"Traceback" not in err and b"\x1b" not in err, (name, err)
+        assert err.decode().startswith("Error: argument") and "is not valid UTF-8" in err.decode()
+        assert len(err.strip().splitlines()) == 1 and out == b"", (name, err)
+    assert count(db_path) == before
+
+
+def test_every_command_given_hostile_text_arguments_answers_without_traceback(db_path: Path) -> None:
+    """Valid UTF-8 this time, so the arguments reach the command bodies."""
+    _seeded(db_path)
+    hostile = "x\x1b]0;t\x07\u202e\x9b"
+    running = []
+    for name, command in _leaf_commands():
+        arguments = [p for p in command.params if isinstance(p, click.Argument)]
+        running.append((name, _turnlog(db_path, *name.split(), *[hostile] * max(len(arguments), 1))))
+    for name, process in running:
+        out, err = process.communicate()
+        assert b"Traceback" not in err, (name, err)
+        assert not any(c in out + err for c in (b"\x1b", b"\x07", b"\xe2\x80\xae", b"\xc2\x9b")), (
+            name,
+            out,
+            err,
+        )
+
+
+def _int_options() -> list[tuple[str, click.Command, click.Option]]:
+    return [
+        (name, command, param)
+        for name, command in _leaf_commands()
+        for param in command.params
+        if isinstance(param, click.Option) and isinstance(param.type, click.IntRange)
+    ]
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**64 + 5), "-1", str(-(2**63) - 1)])
+def test_every_int_option_refuses_numbers_out_of_range(runner: CliRunner, db_path: Path, value: str) -> None:
+    before = _seeded(db_path)
+    assert len(_int_options()) >= 15
+    for name, command, option in _int_options():
+        arguments = ["s" for p in command.params if isinstance(p, click.Argument) and p.required]
+        result = runner.invoke(cli, ["--db", str(db_path), *name.split(), *arguments, option.opts[0], value])
+        assert result.exit_code == 2, (name, option.opts, result.output)
+        assert isinstance(result.exception, SystemExit), (name, option.opts, result.exception)
+        assert "is not in the range" in result.stderr, (name, option.opts, result.stderr)
+    assert count(db_path) == before
+
+
+def test_at_the_largest_position_still_works(runner: CliRunner, db_path: Path) -> None:
+    _seeded(db_path)
+    code, out = run(runner, db_path, "sessions", "--at", str(2**63 - 1), "--json")
+    assert code == 0 and json.loads(out)[0]["session_id"] == "s"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b'{"type": "message_appended", "role": "user", "content": "caf\xe9"}',
+            "is not UTF-8 text (byte 0xe9",
+        ),
+        (
+            b'{"type": "usage_recorded", "model": "m", "input_tokens": "x", "output_tokens": 1}',
+            "input_tokens",
+        ),
+        (
+            b'{"type": "usage_recorded", "model": "m", "input_tokens": [1], "output_tokens": {}}',
+            "input_tokens",
+        ),
+        (
+            b'{"type": "usage_recorded", "model": "m", "input_tokens": 1.5, "output_tokens": 1}',
+            "input_tokens",
+        ),
+        (
+            b'{"type": "session_started", "metadata": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+            "nested more than 128 levels",
+        ),
+        (
+            b'{"type": "session_started", "metadata": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}",
+            "nested more than 128 levels",
+        ),
+        (b"[" * 100_000 + b"]" * 100_000, "nested more than 128 levels"),
+    ],
+    ids=["utf8", "usage-str", "usage-list", "usage-float", "deep", "deep-300", "deep-list"],
+)
+def test_bad_append_files_are_one_clear_line(
+    db_path: Path, tmp_path: Path, data: bytes, message: str
+) -> None:
+    before = _seeded(db_path)
+    events = tmp_path / "events.json"
+    events.write_bytes(data)
+    from_file = _turnlog(db_path, "append", "s", "--file", str(events))
+    piped = subprocess.run(
+        [*ENTRY, "--db", str(db_path), "append", "s"],
+        input=data,
+        capture_output=True,
+    )
+    _, err = from_file.communicate()
+    for code, stderr in ((from_file.returncode, err), (piped.returncode, piped.stderr)):
+        text = stderr.decode()
+        assert code == 1 and "Traceback" not in text, text
+        assert text.startswith("Error: ") and message in text and len(text.strip().splitlines()) == 1, text
+    assert count(db_path) == before
+
+
+def test_metadata_nested_128_levels_is_accepted(runner: CliRunner, db_path: Path) -> None:
+    deep = '{"type": "session_started", "metadata": {"a": ' + "[" * 127 + "]" * 127 + "}}"
+    code, out = run(runner, db_path, "append", "new", input=deep)
+    assert code == 0, out
+
+
+def test_todos_write_refuses_bad_bytes_and_deep_json(runner: CliRunner, db_path: Path) -> None:
+    before = _seeded(db_path)
+    for data, message in ((b'["caf\xe9"]', "not UTF-8"), (b"[" * 5000 + b"]" * 5000, "nested more than 128")):
+        result = runner.invoke(cli, ["--db", str(db_path), "todos", "s", "--write", "-"], input=data)
+        assert result.exit_code == 1 and message in result.stderr, result.output
+    assert count(db_path) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tiktoken
@@ -157,3 +158,48 @@ def test_sessions_at_a_position(runner: CliRunner, db: Path) -> None:
     assert info["title"] == "Fix currency rounding in invoice totals" and info["head_version"] == 38
     _, out = run(runner, db, "sessions", "--at", "10", "--json")
     assert json.loads(out)[0]["head_version"] == 10
+
+
+# --- compact reports honestly ----------------------------------------------------------------------
+
+
+def _compact(runner: CliRunner, db: Path, *args: str) -> Any:
+    return runner.invoke(cli, ["--db", str(db), "compact", "fix", "--during-run", *args])
+
+
+def test_compact_shows_the_measured_tokens_and_the_summaries_it_wrote(runner: CliRunner, db: Path) -> None:
+    result = _compact(runner, db, "--budget", "1200", "--max-tool-tokens", "200", "--keep-last", "6")
+    assert result.exit_code == 0 and result.stderr == ""
+    assert "now needs" in result.stdout and "new summaries:" in result.stdout
+    with SQLiteStore.open(db) as store:
+        summary = store.read_tail("fix", 1)[0]
+    assert summary.type == "summary_recorded" and summary.event_id[:12] in result.stdout
+    code, out = run(runner, db, "context", "fix", "--budget", "100000", "--max-tool-tokens", "200", "--json")
+    assert code == 0
+    measured = json.loads(out)["manifest"]["total_tokens"]
+    assert f"now needs {measured:,} (budget 1,200)" in result.stdout
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["write", "dry-run"])
+def test_compact_over_budget_warns_and_exits_1(runner: CliRunner, db: Path, dry_run: list[str]) -> None:
+    # The newest 20 messages stay raw, and they alone need far more than 300 tokens.
+    result = _compact(runner, db, "--budget", "300", *dry_run)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.startswith("warning: over budget:") and "--keep-last" in result.stderr
+    result = _compact(runner, db, "--budget", "300", "--json", *dry_run)
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["met"] is False and data["after_tokens"] > 300
+    result = _compact(runner, db, "--budget", "300", "--allow-over-budget", *dry_run)
+    assert result.exit_code == 0 and result.stderr.startswith("warning: over budget:")
+
+
+def test_compact_json_lists_the_new_summaries(runner: CliRunner, db: Path) -> None:
+    result = _compact(
+        runner, db, "--budget", "1200", "--max-tool-tokens", "200", "--keep-last", "6", "--json"
+    )
+    data = json.loads(result.stdout)
+    assert data["met"] is True and data["after_estimated"] is False
+    assert data["after_tokens"] < data["before_tokens"]
+    [summary] = data["summaries"]
+    assert summary["event_id"] == data["appended"][0] and summary["tokens"] > 0
+    assert summary["first_version"] <= summary["last_version"]

@@ -282,3 +282,80 @@ def test_compaction_properties(events: list[Any], budget: int, keep_last: int) -
         assert store.verify().ok
     finally:
         store.close()
+
+
+# --- honest reports: tokens before and after, measured; the budget met or not ---------------------
+
+
+def _whole(store: SQLiteStore, sid: str, policy: ContextPolicy) -> int:
+    """The whole context's real tokens: built with a budget that leaves nothing out."""
+    built = build_context(store, sid, policy.model_copy(update={"budget": 10**7}))
+    assert built.omitted_messages == 0
+    return built.total_tokens
+
+
+def test_the_report_measures_the_context_before_and_after() -> None:
+    store = SQLiteStore.open(":memory:")
+    long_session(store, 30)
+    policy = ContextPolicy(budget=3000, max_tool_tokens=200)
+    before = _whole(store, "s", policy)
+    result = compact(store, "s", policy, options=CompactionOptions(keep_last=4, summary_tokens=60))
+    assert result.before_tokens == before
+    assert result.after_tokens == _whole(store, "s", policy) and not result.estimated
+    assert result.met and result.after_tokens <= 3000 < before
+    assert [s.event_id for s in result.summaries] == [r.event_id for r in result.appended] != []
+
+
+def test_a_huge_pinned_message_cannot_be_compacted_under_budget() -> None:
+    store = SQLiteStore.open(":memory:")
+    long_session(store, 10)
+    store.append("s", [MessageAppended(role="user", content=words(3000, 7), pinned=Pin(reason="spec"))])
+    policy = ContextPolicy(budget=2000, max_tool_tokens=200, max_message_tokens=4000)
+    result = compact(store, "s", policy, options=CompactionOptions(keep_last=0, summary_tokens=60))
+    assert not result.met and result.after_tokens > 2000
+    assert result.after_tokens == _whole(store, "s", policy)
+    assert "cannot be summarized" in result.over_budget and "pinned" in result.over_budget
+
+
+def test_a_huge_newest_turn_cannot_be_compacted_under_budget() -> None:
+    store = SQLiteStore.open(":memory:")
+    long_session(store, 10)
+    store.append("s", [MessageAppended(role="user", content=words(3500, 3))])
+    policy = ContextPolicy(budget=3000, max_tool_tokens=200, max_message_tokens=4000)
+    result = compact(store, "s", policy, options=CompactionOptions(keep_last=1, summary_tokens=60))
+    assert result.steps and not result.met and result.after_tokens > 3000
+    dry = compact(store, "s", policy, options=CompactionOptions(keep_last=1), dry_run=True)
+    assert not dry.met and dry.steps == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    turns=st.integers(1, 60),
+    budget=st.integers(1, 6000),
+    keep_last=st.integers(0, 10),
+    summary_tokens=st.integers(32, 400),
+    fanout=st.integers(2, 5),
+)
+def test_a_dry_run_estimate_is_never_negative(
+    turns: int, budget: int, keep_last: int, summary_tokens: int, fanout: int
+) -> None:
+    store = SQLiteStore.open(":memory:")
+    try:
+        long_session(store, turns)
+        policy = ContextPolicy(budget=budget, max_tool_tokens=200)
+        options = CompactionOptions(keep_last=keep_last, summary_tokens=summary_tokens, fanout=fanout)
+        dry = compact(store, "s", policy, options=options, dry_run=True)
+        assert 0 < dry.after_tokens <= dry.before_tokens
+        assert dry.met == (dry.after_tokens <= budget)
+    finally:
+        store.close()
+
+
+def test_a_dry_run_of_a_long_session_with_condensing_stays_positive() -> None:
+    """The case that printed a negative estimate: many summaries condensed into higher levels."""
+    store = SQLiteStore.open(":memory:")
+    long_session(store, 200)
+    options = CompactionOptions(keep_last=2, summary_tokens=32, fanout=2)
+    dry = compact(store, "s", ContextPolicy(budget=300, max_tool_tokens=200), options=options, dry_run=True)
+    assert any(s.kind == "condense" for s in dry.steps)
+    assert 0 < dry.after_tokens <= dry.before_tokens

@@ -291,6 +291,29 @@ def test_tool_output_capped_by_tokens_with_the_notice_counted(store: SQLiteStore
     assert built.total_tokens == independent_count(built.rendered)
 
 
+def test_capped_outputs_of_two_stores_with_the_same_event_id_stay_apart(tmp_path: Any) -> None:
+    """Event ids are unique within a store, not across stores: one process that builds from two
+    stores (a copy being compared, an import into a second file) must cap each one's own text."""
+    stores = [SQLiteStore.open(str(tmp_path / f"{name}.db")) for name in ("a", "b")]
+    texts = [words(3000, seed=0), "zebra quokka " * 1500]
+    for s, text in zip(stores, texts, strict=True):
+        s.append(
+            "s",
+            [
+                MessageAppended(role="user", content="read it"),
+                MessageAppended(role="assistant", tool_calls=(ToolCall(id="c", name="cat"),)),
+                ToolReturned(event_id="same-output", tool_call_id="c", tool_name="cat", content=text),
+            ],
+        )
+    policy = ContextPolicy(budget=5000, max_tool_tokens=200)
+    for _ in range(2):  # twice: the second round is served from whatever the first cached
+        for s, text in zip(stores, texts, strict=True):
+            tool = build_context(s, "s", policy).rendered[-1]
+            assert tool["content"].startswith(text[:50])
+    for s in stores:
+        s.close()
+
+
 def test_over_long_message_capped(store: SQLiteStore) -> None:
     store.append(
         "s",

@@ -7,6 +7,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextPolicy, build_context
+from projections.context import INTERRUPTED, ContextPolicy, build_context
 from store import (
     EVENT_CLASSES,
     INLINE_LIMIT,
@@ -48,6 +53,7 @@ from turnlog.exporters import (
     export_jsonl,
     export_openai,
     export_sessions,
+    export_to_file,
     jsonl_digest,
 )
 from turnlog.importers import import_file, parse_jsonl
@@ -154,9 +160,48 @@ def test_jsonl_round_trip_of_every_event_type(store: SQLiteStore, other: SQLiteS
     imported = other.read_session("full")
     same_events(original, imported)
     assert other.verify().ok
-    # The new store's chain is its own: the events were appended again, not copied.
-    assert [r.hash for r in imported] != [r.hash for r in original]
+    # Every event keeps the time it was first recorded, so a restored store's audit per day is the
+    # source's.
+    assert [r.recorded_at for r in imported] == [r.recorded_at for r in original]
     assert other.get_blob(_artifact_id(imported)).text == BIG_ARTIFACT
+
+
+def test_jsonl_round_trip_keeps_recorded_at_where_positions_and_hashes_are_new(
+    store: SQLiteStore, other: SQLiteStore
+) -> None:
+    original = full_session(store)
+    other.append("already-here", [MessageAppended(role="user", content="first")])
+    import_file(other, export_text(store, "full"), "jsonl")
+    imported = other.read_session("full")
+    same_events(original, imported)
+    assert [r.recorded_at for r in imported] == [r.recorded_at for r in original]
+    # The new store's chain is its own: the events were appended again, after its own.
+    assert [r.position for r in imported] == [r.position + 1 for r in original]
+    assert {r.hash for r in imported}.isdisjoint(r.hash for r in original)
+    assert other.verify().ok
+    # The times come back in the store's own format, from the export's (any UTC offset).
+    line = json.loads(export_text(store, "full").splitlines()[0])
+    line["recorded_at"] = "2025-01-31T13:00:00+01:00"
+    line["session_id"] = "dated"
+    line["event_id"] = "dated-1"
+    line["digest"] = jsonl_digest(line)
+    import_file(other, json.dumps(line), "jsonl")
+    assert other.read_session("dated")[0].recorded_at == "2025-01-31T12:00:00.000000+00:00"
+    assert any(
+        s.session_id == "dated" and s.first_recorded_at.startswith("2025-01-31") for s in other.sessions()
+    )
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2025-01-31T12:00:00", 12])
+def test_a_recorded_at_that_is_not_a_utc_time_is_refused(
+    store: SQLiteStore, other: SQLiteStore, value: Any
+) -> None:
+    store.append("s", [MessageAppended(role="user", content="x")])
+    line = json.loads(export_text(store, "s"))
+    line["recorded_at"] = value
+    with pytest.raises(InvalidEventError, match=r"line 1: recorded_at .* is not an ISO 8601 time"):
+        import_file(other, json.dumps(line), "jsonl")
+    assert other.count_events() == 0
 
 
 def _artifact_id(records: list[RecordedEvent]) -> str:
@@ -590,3 +635,290 @@ def test_export_is_listed_with_help_and_json(runner: CliRunner) -> None:
     assert result.exit_code == 0 and "--format [jsonl|openai|anthropic]" in result.output
     assert "jsonl" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
     assert "pydantic-ai" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
+
+
+# --- export --output never harms the store ---------------------------------------------------------
+
+
+def _store_state(db: Path) -> list[tuple[int, str, str]]:
+    with SQLiteStore.open(db, create=False) as opened:
+        assert opened.verify().ok
+        return [(r.position, r.event_id, r.hash) for r in opened.read_session("chat")]
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_cli_export_refuses_the_stores_own_files(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+    before = _store_state(db)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    (tmp_path / "link.db").symlink_to(db.name + suffix)
+    targets = [
+        str(db) + suffix,  # the same path
+        f"../a.db{suffix}",  # relative, from another folder
+        f"../sub/../a.db{suffix}",
+        str(tmp_path / "link.db"),  # a symlink to it
+    ]
+    if not suffix:
+        os.link(db, tmp_path / "hard.db")  # another name for the same inode
+        targets.append(str(tmp_path / "hard.db"))
+    for target in targets:
+        result = invoke(runner, Path("../a.db"), "export", "chat", "--output", target)
+        assert result.exit_code == 1, (target, result.output)
+        assert result.output.count("\n") == 1 and "is the store's own file" in result.output, result.output
+        assert _store_state(db) == before
+    assert list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_export_to_file_refuses_the_stores_file_in_the_api(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+        with pytest.raises(InvalidEventError, match="own file"):
+            export_to_file(opened, ["chat"], "jsonl", db)
+        assert opened.verify().ok and opened.head_version("chat") > 0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_cli_export_file_gets_the_users_normal_mode(runner: CliRunner, tmp_path: Path, umask: int) -> None:
+    db = tmp_path / "a.db"
+    with SQLiteStore.open(db) as opened:
+        conversation(opened)
+    out = tmp_path / "chat.jsonl"
+    previous = os.umask(umask)
+    try:
+        result = invoke(runner, db, "export", "chat", "--output", str(out))
+    finally:
+        os.umask(previous)
+    assert result.exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+    # Replacing a file keeps the mode its owner gave it.
+    out.chmod(0o600)
+    assert invoke(runner, db, "export", "chat", "--output", str(out)).exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_text() == export_text_of(db, "chat")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def export_text_of(db: Path, *session_ids: str) -> str:
+    with SQLiteStore.open(db, create=False) as opened:
+        return export_text(opened, *session_ids)
+
+
+# --- each session all or nothing, the file checked whole before anything is written -----------
+
+
+HELPER = Path(__file__).resolve().parent / "helpers" / "importer.py"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sized_session(store: SQLiteStore, session_id: str, messages: int) -> None:
+    events: list[Event] = [SessionStarted(title=session_id)]
+    events += [
+        MessageAppended(role="user" if i % 2 else "assistant", content=f"{session_id} message {i}")
+        for i in range(messages)
+    ]
+    store.append(session_id, events)
+
+
+def test_an_import_killed_midway_leaves_whole_sessions_and_a_rerun_finishes_it(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    sizes = {"s1": 30, "s2": 130, "s3": 75}
+    with SQLiteStore.open(source) as opened:
+        for sid, size in sizes.items():
+            sized_session(opened, sid, size)
+        export = tmp_path / "all.jsonl"
+        export.write_text(export_text(opened, *sizes))
+        originals = {sid: opened.read_session(sid) for sid in sizes}
+    # The batch limit lowered to 50: s2 and s3 are each larger than one batch.
+    for kill_in in range(1, 7):
+        target = tmp_path / f"target-{kill_in}.db"
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(HELPER),
+                *("--db", str(target), "--file", str(export), "--format", "jsonl"),
+                *("--max-batch", "50", "--kill-in", str(kill_in)),
+            ],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        killed = done.returncode == -signal.SIGKILL
+        assert killed or (done.returncode == 0 and "finished" in done.stdout), done.stderr
+        with SQLiteStore.open(target) as opened:
+            heads = [opened.head_version(sid) for sid in sizes]
+            # Whole sessions only, in the file's order; the one in flight was rolled back.
+            assert heads in ([0, 0, 0], [31, 0, 0], [31, 131, 0], [31, 131, 76]), (kill_in, heads)
+            if killed:
+                assert heads != [31, 131, 76]
+            assert opened.verify().ok
+            rerun = import_file(opened, export.read_bytes(), "jsonl")
+            assert [s["appended"] for s in rerun.sessions] == [
+                0 if head else size + 1 for head, size in zip(heads, sizes.values(), strict=True)
+            ]
+            for sid in sizes:
+                imported = opened.read_session(sid)
+                same_events(originals[sid], imported)
+                assert [r.recorded_at for r in imported] == [r.recorded_at for r in originals[sid]]
+            assert opened.verify().ok
+            assert import_file(opened, export.read_bytes(), "jsonl").appended == 0
+
+
+def test_duplicate_conversation_ids_in_one_file_are_refused_before_writing(file_store: SQLiteStore) -> None:
+    first = {"id": "conv", "messages": [{"role": "user", "content": "one"}]}
+    second = {"id": "conv", "messages": [{"role": "user", "content": "two"}]}
+    text = json.dumps({"id": "fine", "messages": [{"role": "user", "content": "ok"}]})
+    text += "\n" + json.dumps(first) + "\n" + json.dumps(second)
+    with pytest.raises(InvalidEventError, match="conversations 2 and 3 of the file are both session 'conv'"):
+        import_file(file_store, text, "openai")
+    assert file_store.count_events() == 0
+
+
+def test_an_event_id_twice_in_the_file_is_refused_before_writing(
+    store: SQLiteStore, other: SQLiteStore
+) -> None:
+    store.append("a", [MessageAppended(event_id="same", role="user", content="a")])
+    lines = export_text(store, "a")
+    renamed = json.loads(lines)
+    renamed["session_id"] = "b"
+    renamed["digest"] = jsonl_digest(renamed)
+    with pytest.raises(InvalidEventError, match="event id 'same' appears twice in the file"):
+        import_file(other, lines + json.dumps(renamed) + "\n", "jsonl")
+    assert other.count_events() == 0
+
+
+def test_ids_stored_in_another_session_are_refused_before_writing(store: SQLiteStore) -> None:
+    sized_session(store, "a", 3)
+    sized_session(store, "b", 3)
+    before = store.count_events()
+    # Renamed, the export's events would get new sessions but keep their (stored) ids.
+    with pytest.raises(DuplicateEventError, match="already stored in session 'a'"):
+        import_file(store, export_text(store, "a", "b"), "jsonl", session="copy")
+    assert store.count_events() == before and store.head_version("copy-1") == 0
+
+
+def test_a_session_larger_than_the_batch_limit_is_one_append(
+    store: SQLiteStore, other: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import store.sqlite as backend
+
+    sized_session(store, "big", 40)
+    monkeypatch.setattr(backend, "MAX_BATCH", 10)
+    appends: list[int] = []
+    original = other.append
+
+    def counting(session_id: str, events: Any, **kw: Any) -> Any:
+        appends.append(len(events))
+        return original(session_id, events, **kw)
+
+    monkeypatch.setattr(other, "append", counting)
+    assert import_file(other, export_text(store, "big"), "jsonl").appended == 41
+    assert appends == [41]
+    with pytest.raises(InvalidEventError, match="at most 10 events"):
+        original("direct", [MessageAppended(role="user", content=str(i)) for i in range(11)])
+
+
+def test_append_with_given_times_checks_them(store: SQLiteStore) -> None:
+    events = [MessageAppended(role="user", content="a"), MessageAppended(role="user", content="b")]
+    with pytest.raises(InvalidEventError, match="holds 2 times for 1 events"):
+        store.append("s", events[:1], recorded_at=["2025-01-01T00:00:00+00:00"] * 2)
+    with pytest.raises(InvalidEventError, match="recorded_at of event 2"):
+        store.append("s", events, recorded_at=["2025-01-01T00:00:00+00:00", "2025-01-01"])
+    assert store.count_events() == 0
+    records = store.append("s", events, recorded_at=["2025-01-01T00:00:00Z", "2025-01-02T01:00:00+01:00"])
+    assert [r.recorded_at for r in records] == [
+        "2025-01-01T00:00:00.000000+00:00",
+        "2025-01-02T00:00:00.000000+00:00",
+    ]
+    assert [r.recorded_at for r in store.read_session("s")] == [r.recorded_at for r in records]
+    assert store.verify().ok
+
+
+# --- dangling tool calls: a marked "interrupted" result in the transcript formats, never imported ---
+
+
+def dangling(store: SQLiteStore) -> None:
+    store.append(
+        "crashed",
+        [
+            SessionStarted(title="crashed"),
+            MessageAppended(role="user", content="Run both."),
+            MessageAppended(
+                role="assistant",
+                tool_calls=(
+                    ToolCall(id="done", name="ls", arguments="{}"),
+                    ToolCall(id="lost", name="rm", arguments='{"path": "x"}'),
+                ),
+            ),
+            ToolReturned(tool_call_id="done", tool_name="ls", content="a b"),
+            MessageAppended(role="user", content="Still there?"),
+            MessageAppended(role="assistant", tool_calls=(ToolCall(id="last", name="ls", arguments="{}"),)),
+        ],
+    )
+
+
+def test_openai_export_gives_each_dangling_call_a_marked_interrupted_result(store: SQLiteStore) -> None:
+    dangling(store)
+    document = export_openai(store, "crashed")
+    roles = [(m["role"], m.get("tool_call_id")) for m in document["messages"]]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "done"),
+        ("tool", "lost"),
+        ("user", None),
+        ("assistant", None),
+        ("tool", "last"),
+    ]
+    synthesized = [m for m in document["messages"] if m.get("tool_call_id") in ("lost", "last")]
+    assert all(m["content"] == INTERRUPTED for m in synthesized)
+    assert document["turnlog_synthesized_results"] == ["lost", "last"]
+
+
+def test_anthropic_export_pairs_every_tool_use(store: SQLiteStore) -> None:
+    dangling(store)
+    turns = export_anthropic(store, "crashed")["messages"]
+    uses = [b["id"] for t in turns for b in t["content"] if b["type"] == "tool_use"]
+    results = {b["tool_use_id"]: b for t in turns for b in t["content"] if b["type"] == "tool_result"}
+    assert uses == ["done", "lost", "last"] and set(results) == set(uses)
+    assert results["lost"]["content"] == INTERRUPTED and results["lost"]["is_error"] is True
+    assert turns[-1]["role"] == "user"  # the API needs the result after the last tool_use
+
+
+@pytest.mark.parametrize("marker", [True, False])
+def test_a_synthesized_result_read_back_is_dropped(
+    store: SQLiteStore, other: SQLiteStore, marker: bool
+) -> None:
+    dangling(store)
+    document = export_openai(store, "crashed")
+    if not marker:  # the plain list of messages, as one would send it to the API
+        document = document["messages"]
+    import_file(other, json.dumps(document), "openai", session="back")
+    returns = [r.event for r in other.read_session("back") if isinstance(r.event, ToolReturned)]
+    assert [r.tool_call_id for r in returns] == ["done"]
+    assert all(r.content != INTERRUPTED for r in returns)
+    # Exported again, the session gives the same transcript: the calls are still dangling.
+    again = export_openai(other, "back")
+    assert again["messages"] == export_openai(store, "crashed")["messages"]
+
+
+def test_a_listed_result_that_is_not_the_marker_is_kept(other: SQLiteStore) -> None:
+    document = {
+        "messages": [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "a real result"},
+        ],
+        "turnlog_synthesized_results": ["c"],
+    }
+    import_file(other, json.dumps(document), "openai", session="s")
+    assert [r.type for r in other.read_session("s")][-1] == "tool_returned"

@@ -156,3 +156,54 @@ def test_orphan_tool_result_is_kept_without_a_name(file_store: SQLiteStore) -> N
 def test_unknown_format_is_refused(file_store: SQLiteStore) -> None:
     with pytest.raises(InvalidEventError, match="unknown import format"):
         import_file(file_store, CHAT, "csv")
+
+
+# --- usage values are refused unless they are token counts ------------------------------------------
+
+BAD_USAGE = [
+    ({"prompt_tokens": 10**19}, "prompt_tokens"),
+    ({"prompt_tokens": 2**63}, "prompt_tokens"),
+    ({"completion_tokens": 1e19}, "completion_tokens"),
+    ({"completion_tokens": -1}, "completion_tokens"),
+    ({"prompt_tokens": 1.5}, "prompt_tokens"),
+    ({"prompt_tokens": 2.0}, "prompt_tokens"),
+    ({"prompt_tokens": "12"}, "prompt_tokens"),
+    ({"completion_tokens": True}, "completion_tokens"),
+    ({"input_tokens": [1]}, "input_tokens"),
+    ({"prompt_tokens_details": {"cached_tokens": 1.5}}, "cached_tokens"),
+    ({"completion_tokens_details": {"reasoning_tokens": 2**64}}, "reasoning_tokens"),
+    ({"prompt_tokens_details": "many"}, "prompt_tokens_details"),
+    ({"completion_tokens_details": [1]}, "completion_tokens_details"),
+]
+
+
+@pytest.mark.parametrize(("usage", "field"), BAD_USAGE)
+def test_usage_out_of_range_or_not_an_integer_is_refused(
+    file_store: SQLiteStore, usage: dict[str, object], field: str
+) -> None:
+    import_file(file_store, json.dumps(SIMPLE), "openai", session="keep")
+    before = file_store.count_events()
+    good = {"id": "fine", "messages": SIMPLE}
+    bad = {"id": "conv-7", "messages": SIMPLE, "usage": usage}
+    text = json.dumps(good) + "\n" + json.dumps(bad)
+    with pytest.raises(InvalidEventError) as caught:
+        import_file(file_store, text, "openai")
+    message = str(caught.value)
+    assert field in message and "line 2" in message and "conv-7" in message, message
+    assert "\n" not in message
+    assert file_store.count_events() == before  # the good conversation before it is not stored either
+    assert file_store.head_version("fine") == 0
+    assert file_store.verify().ok
+
+
+def test_usage_that_is_not_an_object_is_refused(file_store: SQLiteStore) -> None:
+    with pytest.raises(InvalidEventError, match="usage must be an object"):
+        import_file(file_store, json.dumps({"messages": SIMPLE, "usage": 12}), "openai")
+    assert file_store.count_events() == 0
+
+
+def test_largest_usage_values_are_kept(file_store: SQLiteStore) -> None:
+    usage = {"prompt_tokens": 2**62, "completion_tokens": 0, "prompt_tokens_details": None}
+    import_file(file_store, json.dumps({"messages": SIMPLE, "usage": usage}), "openai", session="s")
+    recorded = file_store.read_session("s")[-1].event
+    assert isinstance(recorded, UsageRecorded) and recorded.input_tokens == 2**62

@@ -282,8 +282,23 @@ USER = {"part_kind": "user-prompt", "content": "hi"}
                     }
                 ]
             ),
-            "input_tokens must be a non-negative integer",
+            "input_tokens must be a whole number of tokens",
         ),
+        *[
+            (
+                json.dumps(
+                    [{"kind": "response", "parts": [{"part_kind": "text", "content": "x"}], "usage": usage}]
+                ),
+                message,
+            )
+            for usage, message in [
+                ({"output_tokens": 2**63}, "output_tokens must be a whole number"),
+                ({"input_tokens": 1.5}, "input_tokens must be a whole number"),
+                ({"input_tokens": "12"}, "input_tokens must be a whole number"),
+                ({"details": {"reasoning_tokens": 10**19}}, "reasoning_tokens must be a whole number"),
+                ("lots", "usage must be an object"),
+            ]
+        ],
         (json.dumps([_message(USER)]) + "\n" + "{broken", "line 2: malformed JSON"),
     ],
 )

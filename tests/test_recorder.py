@@ -16,6 +16,7 @@ from projections.todos import current_todos
 from store import (
     ArtifactWritten,
     ContextBuilt,
+    DuplicateEventError,
     InvalidEventError,
     MessageAppended,
     MessagePinned,
@@ -185,6 +186,25 @@ def test_errors_that_are_answers_are_not_retried(store: SQLiteStore, monkeypatch
     with pytest.raises(StoreError, match="busy"):
         rec.user("x")
     assert attempts == 3
+
+    # The store's answers (its StoreError subclasses) reach the caller after one attempt.
+    answers: list[StoreError] = [
+        InvalidEventError("bad batch"),
+        VersionConflictError("s", 1, 2),
+        DuplicateEventError("event id already stored with other content"),
+    ]
+    for answer in answers:
+        attempts = 0
+
+        def refuse(*args: Any, answer: StoreError = answer, **kwargs: Any) -> Any:
+            nonlocal attempts
+            attempts += 1
+            raise answer
+
+        monkeypatch.setattr(store, "append", refuse)
+        with pytest.raises(type(answer)):
+            rec.user("x")
+        assert attempts == 1, f"{type(answer).__name__} was retried"
 
 
 def test_context_builds_records_and_takes_a_policy(store: SQLiteStore) -> None:

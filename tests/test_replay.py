@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from projections.context import ContextPolicy, build_context
+from projections.context import PRIME_TOKENS, ContextPolicy, build_context
 from projections.replay import replay
 from store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
 from tests.conftest import FIXTURES
@@ -105,3 +105,40 @@ def test_replay_cli(tmp_path: Path) -> None:
     assert result.output.startswith("call 2: context as of position 8")
     result = runner.invoke(cli, ["--db", db, "replay", "fix", "--call", "99"])
     assert result.exit_code == 1 and "7 model calls" in result.output
+
+
+def test_a_session_that_starts_with_the_assistant_replays_an_empty_first_call(tmp_path: Path) -> None:
+    store = SQLiteStore.open(":memory:")
+    # Another session first, so the position before the answer is in the log but not in this session.
+    store.append("other", [MessageAppended(role="user", content="unrelated")])
+    store.append("greet", [MessageAppended(role="assistant", content="Hello, how can I help?"), usage()])
+    store.append("greet", [MessageAppended(role="user", content="Fix the build.")])
+    store.append("greet", [MessageAppended(role="assistant", content="On it."), usage()])
+    calls = replay(store, "greet", POLICY)
+    assert len(calls) == 2
+    first = calls[0]
+    assert first.context is not None and first.context.messages == [] and first.entries == ()
+    assert first.source == "rebuilt" and first.total_tokens == PRIME_TOKENS
+    assert calls[1].added == [e.event_ids[0] for e in calls[1].entries]
+    assert [e.role for e in calls[1].entries] == ["assistant", "user"]
+    # The very first event of the log, without usage records.
+    alone = SQLiteStore.open(":memory:")
+    alone.append(
+        "a", [MessageAppended(role="assistant", content="Hi."), MessageAppended(role="user", content="x")]
+    )
+    assert [c.at_position for c in replay(alone, "a", POLICY)] == [0]
+
+    runner = CliRunner()
+    db = str(tmp_path / "t.db")
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps({"type": "message_appended", "role": "assistant", "content": "Hello"}) + "\n"
+    )
+    result = runner.invoke(cli, ["--db", db, "append", "a", "--file", str(tmp_path / "a.jsonl")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["--db", db, "replay", "a"])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["--db", db, "replay", "a", "--call", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("call 1: context as of position 0")
+    result = runner.invoke(cli, ["--db", db, "replay", "a", "--call", "1", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["messages"] == []

@@ -19,6 +19,7 @@ from projections.artifacts import list_artifacts
 from projections.context import ContextPolicy, build_context
 from projections.todos import build_todo_list, current_todos
 from store import (
+    DuplicateEventError,
     InvalidEventError,
     MessageAppended,
     MessagePinned,
@@ -447,6 +448,22 @@ def test_a_call_already_in_the_log_gets_its_error_result(store: SQLiteStore) -> 
     todos, answer = store.read_session(SID, from_version=before + 2)
     assert todos.type == "todos_updated" and isinstance(answer.event, ToolReturned)
     assert answer.event.tool_call_id == "call_y" and answer.event.content == ok and not answer.event.is_error
+
+
+def test_a_recorded_call_retried_is_applied_once(store: SQLiteStore) -> None:
+    write = env("todos.write", {"todos": [{"content": "once"}]})
+    first = tool.invoke(store, SID, write, tool_call_id="call_r")
+    after = store.count_events()
+    again = tool.invoke(store, SID, json.dumps(write), tool_call_id="call_r")
+    assert again.retried and again.text == first.text and again.recorded == () and again.effects == ()
+    assert store.count_events() == after
+    refused = env("todos.write", {"todos": "nope"})
+    bad = tool.invoke(store, SID, refused, tool_call_id="call_bad")
+    assert tool.invoke(store, SID, refused, tool_call_id="call_bad").text == bad.text
+    assert store.count_events() == after + 1
+    with pytest.raises(DuplicateEventError, match="already answered for another input"):
+        tool.invoke(store, SID, env("todos.write", {"todos": [{"content": "twice"}]}), tool_call_id="call_r")
+    assert store.count_events() == after + 1
 
 
 def test_record_false_writes_only_effects(store: SQLiteStore) -> None:

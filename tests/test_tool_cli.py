@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,76 @@ def test_every_tool_command_has_help(runner: CliRunner) -> None:
     for name in ("call", "schema", "help"):
         result = runner.invoke(cli, ["tool", name, "--help"])
         assert result.exit_code == 0 and "Usage:" in result.output
+
+
+# --- --tool-call-id is a retry key: applied once per session --------------------------------------
+
+ENTRY = [sys.executable, "-c", "from turnlog.cli import main; main()"]
+
+
+def _call(db: Path, session: str, call_id: str, envelope: str) -> subprocess.CompletedProcess[str]:
+    argv = [*ENTRY, "--db", str(db), "tool", "call", session, "--tool-call-id", call_id, "--json"]
+    return subprocess.run(argv, input=envelope, capture_output=True, text=True)
+
+
+def _pins_and_todos(db: Path, session: str) -> tuple[int, int, int]:
+    with SQLiteStore.open(db) as store:
+        types = [r.type for r in store.read_session(session)]
+    return types.count("message_pinned"), types.count("todos_updated"), types.count("tool_returned")
+
+
+@pytest.mark.parametrize("method", ["todos.write", "context.pin"])
+def test_a_retried_call_is_applied_once(runner: CliRunner, db: Path, method: str) -> None:
+    with SQLiteStore.open(db) as store:
+        target = store.read_session(SID)[1].event_id
+    data = (
+        {"todos": [{"content": "retry me"}]}
+        if method == "todos.write"
+        else {"event_id": target, "reason": "r"}
+    )
+    module, name = method.split(".")
+    envelope = json.dumps({"module": module, "method": name, "input": data})
+    before = _pins_and_todos(db, SID), events(db)
+    first = _call(db, SID, "call_retry", envelope)
+    assert first.returncode == 0, first.stderr
+    once = _pins_and_todos(db, SID), events(db)
+    assert once[1] == before[1] + 2  # its effect and the tool_returned
+    # Retried by a real process, with the same JSON spaced and ordered differently.
+    same = json.dumps(json.loads(envelope), indent=3, sort_keys=True)
+    second = _call(db, SID, "call_retry", same)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["result"] == json.loads(first.stdout)["result"]
+    assert json.loads(second.stdout)["retried"] is True and json.loads(second.stdout)["recorded"] == []
+    assert (_pins_and_todos(db, SID), events(db)) == once
+
+
+def test_a_retry_with_other_input_is_refused(db: Path) -> None:
+    write = json.dumps({"module": "todos", "method": "write", "input": {"todos": [{"content": "a"}]}})
+    assert _call(db, SID, "call_1", write).returncode == 0
+    count = events(db)
+    other = _call(db, SID, "call_1", write.replace('"a"', '"b"'))
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    assert (
+        other.stderr.startswith("Error: tool call 'call_1'")
+        and "already answered for another input" in other.stderr
+    )
+    assert events(db) == count
+
+
+def test_the_same_call_id_in_another_session_is_another_call(runner: CliRunner, db: Path) -> None:
+    run(runner, db, "append", "other", input='{"type": "message_appended", "role": "user", "content": "x"}')
+    write = json.dumps({"module": "todos", "method": "write", "input": {"todos": [{"content": "a"}]}})
+    assert _call(db, SID, "call_1", write).returncode == 0
+    elsewhere = _call(db, "other", "call_1", write)
+    assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)["retried"] is False
+    assert _pins_and_todos(db, "other")[1:] == (1, 1)
+
+
+def test_a_retried_read_returns_the_first_result_even_after_new_events(runner: CliRunner, db: Path) -> None:
+    read = json.dumps({"module": "history", "method": "read", "input": {"mode": "tail", "n": 2}})
+    first = _call(db, SID, "call_read", read)
+    run(runner, db, "append", SID, input='{"type": "message_appended", "role": "user", "content": "new"}')
+    count = events(db)
+    again = _call(db, SID, "call_read", read)
+    assert json.loads(again.stdout)["result"] == json.loads(first.stdout)["result"]
+    assert events(db) == count

@@ -36,28 +36,73 @@ from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
 from turnlog.output import (
     at_option,
+    check_json_depth,
     describe,
+    echo,
     emit,
+    escape_text,
     input_file_option,
+    int_range,
     json_option,
     max_tool_tokens_option,
+    read_text,
     short,
     table,
+    tokens_range,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Group(click.Group):
-    """Turns library errors into one clear line and exit status 1, never a traceback."""
+    """Turns library errors into one clear line and exit status 1, never a traceback; every error
+    message is escaped, since it may quote what was given (a session id holding ESC)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            _check_arguments(args)
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            raise _escaped(exc) from exc.__cause__
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from exc
-        except OSError as exc:
-            raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from exc
+            try:
+                return super().invoke(ctx)
+            except StoreError as exc:
+                raise click.ClickException(str(exc)) from exc
+            except OSError as exc:
+                raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".strip()) from exc
+            # Last line of defence for input that slipped past validation: still one line, no
+            # traceback (each known case has its own, clearer message before it gets here).
+            except RecursionError as exc:
+                raise click.ClickException("the input is nested too deeply to be read") from exc
+            except (OverflowError, UnicodeError) as exc:
+                raise click.ClickException(f"the input cannot be used: {exc}") from exc
+        except click.ClickException as exc:
+            raise _escaped(exc) from exc.__cause__
+
+
+def _escaped(exc: click.ClickException) -> click.ClickException:
+    # Escaped in place, so click's own subclasses keep their usage line, hint and exit status.
+    exc.message = escape_text(exc.message)  # type: ignore[misc]
+    return exc
+
+
+def _check_arguments(args: list[str]) -> None:
+    """Refuse an argument that is not UTF-8: Python hands its undecodable bytes over as lone
+    surrogates, which no file name, session id or text field can hold, and which would fail deep
+    inside a command with a traceback."""
+    for number, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise click.UsageError(
+                f"argument {number} ({escape_text(arg)}) is not valid UTF-8: give every argument as "
+                "UTF-8 text"
+            ) from None
 
 
 class _Context:
@@ -102,7 +147,7 @@ def cli(ctx: click.Context, db: str) -> None:
         # parameters could override how turnlog opens the file (read-only, locking).
         raise click.BadParameter(
             f"{db!r} is not a file path: --db takes the path of the store's file (a file whose name "
-            "starts with 'file:' can be given as ./" + db + ")"
+            "starts with 'file:' can be given as ./file:NAME)"
             if db.startswith("file:")
             else "':memory:' would lose every append when the command ends: give the path of a file",
             param_hint="--db",
@@ -176,7 +221,10 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
         | turnlog append my-session
     """
     expected = _expected(expected_version)
-    events = parse_events_json(source.read())
+    text = read_text(source)
+    # The events and the list around them are two levels more than their fields may have.
+    check_json_depth(text, "events", wrapping=2)
+    events = parse_events_json(text)
     with ctx.open(create=True) as store:
         records = store.append(session, events, expected_version=expected)
     data = [
@@ -193,9 +241,9 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
 
 @cli.command()
 @click.argument("session")
-@click.option("--from-version", type=click.IntRange(min=1), default=1, help="First version shown.")
-@click.option("--to-version", type=click.IntRange(min=1), default=None, help="Last version shown.")
-@click.option("--width", type=click.IntRange(min=20), default=80, help="Text width per event.")
+@click.option("--from-version", type=int_range(1), default=1, help="First version shown.")
+@click.option("--to-version", type=int_range(1), default=None, help="Last version shown.")
+@click.option("--width", type=int_range(20, 100_000), default=80, help="Text width per event.")
 @json_option
 @pass_ctx
 def log(
@@ -311,17 +359,19 @@ def verify(ctx: _Context, as_json: bool) -> None:
 def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
     """Import FILE ('-' for standard input) as sessions, one per conversation.
 
-    Safe to re-run: an already imported conversation is skipped, a grown one gets its new
-    messages appended.
+    The whole file is checked before anything is written; then each conversation is stored
+    whole, in one transaction. Safe to re-run: an already imported conversation is skipped, a
+    grown one gets its new messages appended, and an interrupted import is finished.
 
     \b
     Example:
       turnlog import chat.json --format openai --session support-42
     """
-    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    # Bytes: the importer decodes them and names the first byte that is not UTF-8.
+    data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     bar = _ProgressBar("importing", enabled=not quiet and not as_json)
     with ctx.open(create=True) as store, bar:
-        result = import_file(store, text, fmt, session=session, progress=bar.update)
+        result = import_file(store, data, fmt, session=session, progress=bar.update)
     emit(
         result.sessions,
         as_json=as_json,
@@ -357,11 +407,11 @@ class _ProgressBar:
 
 @cli.command()
 @click.argument("session")
-@click.option("--budget", type=click.IntRange(min=1), required=True, help="Prompt tokens, all included.")
+@click.option("--budget", type=tokens_range(1), required=True, help="Prompt tokens, all included.")
 @max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).")
 @click.option(
     "--max-message-tokens",
-    type=click.IntRange(min=MIN_CAP),
+    type=tokens_range(MIN_CAP),
     default=4000,
     show_default=True,
     help="Cap for an over-long user or assistant message.",
@@ -413,9 +463,9 @@ def context(
     with ctx.open() if record else ctx.read() as store:
         built = build_context(store, session, policy, at=at, record=record)
     if fmt == "text" and not as_json:
-        click.echo(built.rendered)
+        echo(built.rendered)
         if manifest:
-            click.echo("\n" + _manifest_table(built.manifest()))
+            echo("\n" + _manifest_table(built.manifest()))
         return
     data: Any = built.rendered
     if manifest or as_json:
@@ -476,9 +526,9 @@ def artifacts(ctx: _Context, session: str, at: int | None, as_json: bool) -> Non
 
 @cli.command()
 @click.argument("artifact_id")
-@click.option("--offset", type=click.IntRange(min=0), default=0, help="First line (0-based).")
-@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True, help="Lines.")
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Fewer lines so the page fits.")
+@click.option("--offset", type=int_range(0), default=0, help="First line (0-based).")
+@click.option("--limit", type=int_range(1), default=200, show_default=True, help="Lines.")
+@click.option("--max-tokens", type=tokens_range(1), help="Fewer lines so the page fits.")
 @json_option
 @pass_ctx
 def artifact(
@@ -499,7 +549,7 @@ def artifact(
 @cli.command()
 @click.argument("session")
 @at_option()
-@click.option("--max-chars", type=click.IntRange(min=200), default=32768, show_default=True)
+@click.option("--max-chars", type=int_range(200), default=32768, show_default=True)
 @json_option
 @pass_ctx
 def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: bool) -> None:
@@ -521,7 +571,7 @@ def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: 
 @click.option(
     "--write",
     "source",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("rb"),
     help="Replace the list with JSON read from FILE ('-': standard input): a list of strings or "
     'of {"content", "status", "id"} objects.',
 )
@@ -537,8 +587,10 @@ def todos(ctx: _Context, session: str, at: int | None, history: bool, source: An
         | turnlog todos chat-1 --write -
     """
     if source is not None:
+        text = read_text(source)
+        check_json_depth(text, "--write")
         try:
-            items = json.loads(source.read())
+            items = json.loads(text)
         except json.JSONDecodeError as exc:
             raise click.ClickException(f"--write: malformed JSON: {exc.msg}") from None
         if not isinstance(items, list):
@@ -671,9 +723,7 @@ def _print_written(recorded: Any, as_json: bool, verb: str) -> None:
 
 @cli.command()
 @click.argument("session")
-@click.option(
-    "--at", "at_version", type=click.IntRange(min=1), required=True, help="The last version shared."
-)
+@click.option("--at", "at_version", type=int_range(1), required=True, help="The last version shared.")
 @click.option("--into", required=True, help="The new session's id.")
 @click.option("--title", help="A title for the fork.")
 @json_option

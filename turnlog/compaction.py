@@ -6,14 +6,22 @@ unchanged. All summaries of one compaction are appended in one batch, or none ar
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from projections.capping import cap_text
-from projections.context import PER_MESSAGE, PRIME_TOKENS, Block, ContextPolicy, open_run, timeline
+from projections.context import (
+    PER_MESSAGE,
+    PRIME_TOKENS,
+    Block,
+    ContextBudgetError,
+    ContextPolicy,
+    build_context,
+    open_run,
+    timeline,
+)
 from projections.summaries import find_summary_by_key
 from store import (
     MessageAppended,
@@ -78,23 +86,43 @@ class PlannedStep:
 
 @dataclass
 class CompactionResult:
-    """What a compaction did (or, with ``dry_run``, would do)."""
+    """What a compaction did (or, with ``dry_run``, would do), and whether the budget is met."""
 
     session_id: str
     budget: int
     before_tokens: int
-    """Tokens the whole context would need before (estimated)."""
+    """Tokens of the whole context before (nothing left out), measured by building it."""
     after_tokens: int
-    """... and after (estimated from the summaries' real sizes when written)."""
+    """... and after: measured by building it again once the summaries are written; for a dry run
+    an estimate (never below an empty context's tokens)."""
     steps: list[PlannedStep] = field(default_factory=list)
     appended: list[RecordedEvent] = field(default_factory=list)
+    """The summaries written, in order (empty for a dry run)."""
     dry_run: bool = False
     reason: str = ""
     """Why nothing (more) was done, when that is the case."""
+    over_budget: str = ""
+    """Why the budget is not met, when it is not (empty when :attr:`met`)."""
+
+    @property
+    def estimated(self) -> bool:
+        """True when ``after_tokens`` is an estimate (a dry run that would write summaries)."""
+        return self.dry_run and bool(self.steps)
+
+    @property
+    def met(self) -> bool:
+        """True when the whole context (after) fits the budget: nothing needs to be left out."""
+        return self.after_tokens <= self.budget
 
     @property
     def fits(self) -> bool:
-        return self.after_tokens <= self.budget
+        """Same as :attr:`met` (the older name)."""
+        return self.met
+
+    @property
+    def summaries(self) -> list[SummaryRecorded]:
+        """The summary events written."""
+        return [r.event for r in self.appended if isinstance(r.event, SummaryRecorded)]
 
 
 def compact(
@@ -112,29 +140,61 @@ def compact(
     chosen: Summarizer = ExtractiveSummarizer() if summarizer is None else as_summarizer(summarizer)
     head = store.require_session(session_id)
     blocks = timeline(store, session_id, policy)
-    before = PRIME_TOKENS + sum(b.cost for b in blocks)
+    estimate = PRIME_TOKENS + sum(b.cost for b in blocks)
+    before = whole_context_tokens(store, session_id, policy, estimate)
     result = CompactionResult(session_id, policy.budget, before, before, dry_run=dry_run)
     running = open_run(store, session_id)
     if running is not None and not options.allow_open_run:
         result.reason = f"run {running!r} is still open: compaction waits until it has finished"
         return result
-    steps = _plan(blocks, policy.budget * options.trigger, options)
+    steps, planned = _plan(blocks, policy.budget * options.trigger, options)
     result.steps = steps
     if not steps:
         result.reason = (
             "the context fits" if before <= policy.budget * options.trigger else "nothing left to summarize"
         )
-        return result
+        return _explained(result, options)
     if dry_run:
-        result.after_tokens = (
-            before
-            - sum(s.covered_tokens for s in steps)
-            + sum(_summary_cost(options.summary_tokens) for s in steps if not _superseded(s, steps))
-        )
-        return result
+        # The plan's saving applied to the measured size; a summary costs at least its overhead,
+        # so the estimate never falls below an empty context.
+        result.after_tokens = max(PRIME_TOKENS, before - max(0, estimate - planned))
+        return _explained(result, options)
     events = _write(store, session_id, steps, chosen, options)
     result.appended = store.append(session_id, events, expected_version=head)
-    result.after_tokens = PRIME_TOKENS + sum(b.cost for b in timeline(store, session_id, policy))
+    after = PRIME_TOKENS + sum(b.cost for b in timeline(store, session_id, policy))
+    result.after_tokens = whole_context_tokens(store, session_id, policy, after)
+    return _explained(result, options)
+
+
+def whole_context_tokens(store: SQLiteStore, session_id: str, policy: ContextPolicy, estimate: int) -> int:
+    """The real tokens of the session's context with nothing left out (tool outputs and long
+    messages capped as ``policy`` caps them): the context is built, not estimated, with a budget
+    large enough for all of it (``estimate``, the timeline's sum, is where the search starts)."""
+    budget = max(policy.budget, estimate + estimate // 4 + 1000)
+    built = None
+    for _ in range(8):
+        try:
+            built = build_context(store, session_id, policy.model_copy(update={"budget": budget}))
+        except ContextBudgetError:
+            built = None
+        else:
+            if built.omitted_messages == 0:
+                return built.total_tokens
+        budget *= 4
+    # Unreachable for a consistent store (the estimate is an upper bound); never report less than
+    # what is known.
+    return max(estimate, built.total_tokens + built.omitted_tokens if built else estimate)
+
+
+def _explained(result: CompactionResult, options: CompactionOptions) -> CompactionResult:
+    if not result.met:
+        result.over_budget = (
+            "what is left cannot be summarized: the messages always kept (system, the first user "
+            f"message, pinned ones), the newest {options.keep_last} messages (keep_last) and "
+            "summaries that cannot be condensed further"
+        )
+        if result.reason.startswith("run "):
+            result.over_budget = result.reason
     return result
 
 
@@ -145,26 +205,25 @@ def _summary_cost(tokens: int) -> int:
     return PER_MESSAGE + 1 + tokens + 20  # message overhead, role, header
 
 
-def _superseded(step: PlannedStep, steps: Sequence[PlannedStep]) -> bool:
-    return any(
-        o is not step and o.first <= step.first and step.last <= o.last and o.level > step.level
-        for o in steps
-    )
-
-
-def _plan(blocks: list[Block], threshold: float, options: CompactionOptions) -> list[PlannedStep]:
-    """The steps that bring the estimated context under ``threshold``, oldest first."""
+def _plan(blocks: list[Block], threshold: float, options: CompactionOptions) -> tuple[list[PlannedStep], int]:
+    """The steps that bring the estimated context under ``threshold``, oldest first, and the
+    estimated tokens of the context they leave."""
     tail = _tail_start(blocks, options)
     head_part: list[Block | PlannedStep] = list(blocks[:tail])
-    total = PRIME_TOKENS + sum(b.cost for b in blocks)
+    tail_total = PRIME_TOKENS + sum(b.cost for b in blocks[tail:])
+
+    def total() -> int:
+        # Summed from what the context is made of after each step, not adjusted step by step: a
+        # condensed or truncated summary replaces earlier steps, which must not be subtracted twice.
+        return tail_total + sum(_cost(item, options) for item in head_part)
+
     steps: list[PlannedStep] = []
-    while total > threshold:
+    while total() > threshold:
         step = _next_span(head_part, options) or _next_condense(head_part, options) or _truncate(head_part)
         if step is None:
             break
         steps.append(step)
-        total += _summary_cost(options.summary_tokens) - step.covered_tokens
-    return steps
+    return steps, total()
 
 
 def _tail_start(blocks: list[Block], options: CompactionOptions) -> int:

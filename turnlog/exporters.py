@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import os
+import secrets
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
-from projections.context import ContextMessage
+from projections.context import INTERRUPTED, ContextMessage
 from projections.formats import to_anthropic, to_openai
 from store import (
     EventStore,
@@ -30,6 +34,7 @@ from store import (
     MessageAppended,
     RecordedEvent,
     SessionStarted,
+    SQLiteStore,
     ToolReturned,
     UsageRecorded,
 )
@@ -38,6 +43,9 @@ ExportFormat = Literal["jsonl", "openai", "anthropic"]
 
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("jsonl", "openai", "anthropic")
 """The formats ``export_sessions`` writes."""
+
+SYNTHESIZED_KEY = "turnlog_synthesized_results"
+"""The key of an OpenAI export listing the call ids whose result turnlog synthesized."""
 
 _DIGESTED = ("session_id", "version", "event_id", "type", "schema_version", "event")
 _PAGE = 1000
@@ -77,12 +85,17 @@ def export_openai(store: EventStore, session_id: str) -> dict[str, Any]:
     """The whole session as an OpenAI chat-completions transcript, ``{"id", "title", "model",
     "messages"}``, plus ``usage`` (the sum of the session's recorded usage) when there is any.
 
+    A tool call that never got a result (the agent was interrupted) gets the synthesized result
+    the context builder gives it (INTERRUPTED, an error), since the API refuses a call without
+    one; their call ids are listed under SYNTHESIZED_KEY, and turnlog's importer drops them.
+
     Messages and tool returns are kept in log order, whole (no budget, no capping); other events
     (todos, artifacts, runs, pins) have no place in the format and are left out. turnlog's OpenAI
     importer reads the result back."""
     records = _records(store, session_id)
     started = _started(records)
-    messages = [to_openai(m) for m in _messages(records)]
+    paired = _with_interrupted_results(_messages(records))
+    messages = [to_openai(m) for m in paired]
     usages = [r.event for r in records if isinstance(r.event, UsageRecorded)]
     model = started.model if started and started.model else (usages[-1].model if usages else None)
     out: dict[str, Any] = {
@@ -101,6 +114,9 @@ def export_openai(store: EventStore, session_id: str) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": sum(u.cache_read_tokens for u in usages)},
             "completion_tokens_details": {"reasoning_tokens": sum(u.reasoning_tokens for u in usages)},
         }
+    synthesized = [m.tool_call_id for m in paired if m.mode == "synthesized"]
+    if synthesized:
+        out[SYNTHESIZED_KEY] = synthesized
     return out
 
 
@@ -108,8 +124,9 @@ def export_anthropic(store: EventStore, session_id: str) -> dict[str, Any]:
     """The whole session in the Anthropic Messages format, ``{"system", "messages"}``: the system
     messages before the first turn make ``system``; assistant tool calls are ``tool_use`` blocks,
     tool returns ``tool_result`` blocks (``is_error`` kept) in the next user turn; consecutive
-    blocks of one role are merged into one turn, as the API requires."""
-    return to_anthropic(_messages(_records(store, session_id)))
+    blocks of one role are merged into one turn, as the API requires. A call that never got a
+    result gets the synthesized INTERRUPTED one, as in export_openai."""
+    return to_anthropic(_with_interrupted_results(_messages(_records(store, session_id))))
 
 
 def export_sessions(store: EventStore, session_ids: Sequence[str], fmt: str) -> Iterator[str]:
@@ -133,6 +150,72 @@ def export_sessions(store: EventStore, session_ids: Sequence[str], fmt: str) -> 
         export_openai(store, session_ids[0]) if fmt == "openai" else export_anthropic(store, session_ids[0])
     )
     return iter([json.dumps(document, indent=2, ensure_ascii=False) + "\n"])
+
+
+def export_to_file(
+    store: EventStore, session_ids: Sequence[str], fmt: str, path: str | os.PathLike[str]
+) -> int:
+    """Write the export of ``session_ids`` (see export_sessions) to ``path``; return the bytes
+    written. The file is written beside ``path`` and renamed over it only once complete, so a failed
+    export never leaves a truncated file. A new file gets the user's normal mode (0666 less the
+    umask), a replaced one keeps its own. A path that is the store's own file (or its -wal or -shm)
+    under any name is refused: the rename would destroy the store."""
+    target = Path(path)
+    _refuse_store_file(store, target)
+    chunks = export_sessions(store, session_ids, fmt)  # every session checked before writing
+    return _write_atomically(target, chunks)
+
+
+def _store_files(store: EventStore) -> list[Path]:
+    if not isinstance(store, SQLiteStore):
+        return []
+    name = store.path
+    if name == ":memory:" or name.startswith("file::memory:"):
+        return []
+    if name.startswith("file:"):
+        name = name[len("file:") :].split("?", 1)[0]
+    return [Path(name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+
+
+def _refuse_store_file(store: EventStore, target: Path) -> None:
+    # Compared by resolved path (symlinks, relative paths, "..") and by inode (hard links), since a
+    # store file's -wal or -shm may not exist yet when the export starts.
+    resolved = target.resolve()
+    for own in _store_files(store):
+        same = own.resolve() == resolved
+        if not same and target.exists() and own.exists():
+            same = os.path.samefile(target, own)
+        if same:
+            raise InvalidEventError(
+                f"{target} is the store's own file ({own}): writing the export there would destroy "
+                "the store; choose another --output path"
+            )
+
+
+def _write_atomically(path: Path, chunks: Iterable[str]) -> int:
+    """Write the chunks to a temporary file in ``path``'s folder, then rename it into place."""
+    written = 0
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # os.open applies the umask to 0o666, as creating the file directly would (mkstemp makes 0600).
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                written += len(chunk.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return written
 
 
 def _jsonl_chunks(store: EventStore, session_ids: Sequence[str]) -> Iterator[str]:
@@ -168,6 +251,36 @@ def _records(store: EventStore, session_id: str) -> list[RecordedEvent]:
 def _started(records: Sequence[RecordedEvent]) -> SessionStarted | None:
     event = records[0].event if records else None
     return event if isinstance(event, SessionStarted) else None
+
+
+def _with_interrupted_results(messages: Sequence[ContextMessage]) -> list[ContextMessage]:
+    """The messages with a synthesized INTERRUPTED result after the results of each assistant
+    message whose calls got none in the session (the results the provider needs, never logged)."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    out: list[ContextMessage] = []
+    pending: list[ContextMessage] = []
+    for message in messages:
+        if pending and message.role != "tool":
+            out += pending
+            pending = []
+        out.append(message)
+        if message.role == "assistant":
+            pending = [
+                ContextMessage(
+                    role="tool",
+                    content=INTERRUPTED,
+                    tokens=0,
+                    mode="synthesized",
+                    category="tool_output",
+                    event_ids=message.event_ids,
+                    order=(message.order[0], 1000 + index),
+                    tool_call_id=call.id,
+                    is_error=True,
+                )
+                for index, call in enumerate(message.tool_calls)
+                if call.id not in answered
+            ]
+    return out + pending
 
 
 def _messages(records: Sequence[RecordedEvent]) -> list[ContextMessage]:
@@ -209,10 +322,12 @@ def _messages(records: Sequence[RecordedEvent]) -> list[ContextMessage]:
 
 __all__ = [
     "EXPORT_FORMATS",
+    "SYNTHESIZED_KEY",
     "ExportFormat",
     "export_anthropic",
     "export_jsonl",
     "export_openai",
     "export_sessions",
+    "export_to_file",
     "jsonl_digest",
 ]

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import click
 
 from projections.context import ContextPolicy
 from projections.summaries import list_summaries
+from store import SummaryRecorded
 from turnlog.cli import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
-from turnlog.output import at_option, emit, json_option, max_tool_tokens_option, table
+from turnlog.output import (
+    at_option,
+    echo,
+    emit,
+    int_range,
+    json_option,
+    max_tool_tokens_option,
+    table,
+    tokens_range,
+)
 from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
 
 @cli.command("compact")
 @click.argument("session")
-@click.option("--budget", type=click.IntRange(min=1), required=True, help="The context budget to fit.")
+@click.option("--budget", type=tokens_range(1), required=True, help="The context budget to fit.")
 @click.option(
     "--summarizer",
     type=click.Choice(["extractive", "openai", "command"]),
@@ -26,7 +37,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
     help="Who writes the summaries (extractive: offline and deterministic).",
 )
 @click.option(
-    "--keep-last", type=click.IntRange(min=0), default=20, show_default=True, help="Newest messages kept raw."
+    "--keep-last", type=int_range(0), default=20, show_default=True, help="Newest messages kept raw."
 )
 @click.option(
     "--trigger",
@@ -37,7 +48,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
 )
 @click.option(
     "--summary-tokens",
-    type=click.IntRange(min=32),
+    type=tokens_range(32),
     default=400,
     show_default=True,
     help="Target size of each summary.",
@@ -49,13 +60,18 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
 @click.option("--command", "command_line", help="command: the program (reads the transcript on stdin).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=0.1, max=86400),
     default=60.0,
     show_default=True,
     help="openai/command: seconds before giving up.",
 )
 @click.option("--during-run", is_flag=True, help="Compact even while a run is open.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be summarized and the tokens saved.")
+@click.option(
+    "--allow-over-budget",
+    is_flag=True,
+    help="Exit 0 even when the context still needs more than the budget (the warning stays).",
+)
 @json_option
 @pass_ctx
 def compact_(
@@ -74,6 +90,7 @@ def compact_(
     timeout: float,
     during_run: bool,
     dry_run: bool,
+    allow_over_budget: bool,
     as_json: bool,
 ) -> None:
     """Summarize SESSION's oldest messages so its context fits BUDGET.
@@ -82,6 +99,11 @@ def compact_(
     and a failing summarizer appends nothing. Four adjacent summaries of one level are condensed into
     one of the next; a last, deterministic tier truncates. By default compaction waits for the open
     run to finish.
+
+    It reports the tokens of the whole context before and after (measured by building it; a dry
+    run estimates the after) and the summaries it wrote. When the context still needs more than
+    BUDGET (what is always kept, or the newest messages, are too big) it says so and exits 1,
+    unless --allow-over-budget.
 
     \b
     Examples:
@@ -116,28 +138,60 @@ def compact_(
         }
         for s in result.steps
     ]
+    written: list[dict[str, Any]] = [
+        {
+            "event_id": r.event_id,
+            "versions": f"{e.first_version}–{e.last_version}",
+            "first_version": e.first_version,
+            "last_version": e.last_version,
+            "level": e.level,
+            "tokens": e.tokens,
+            "by": e.summarizer.name,
+        }
+        for r in result.appended
+        if isinstance(e := r.event, SummaryRecorded)
+    ]
     data: dict[str, Any] = {
         "session_id": session,
         "dry_run": dry_run,
         "budget": budget,
         "before_tokens": result.before_tokens,
         "after_tokens": result.after_tokens,
+        "after_estimated": result.estimated,
+        "met": result.met,
         "steps": steps,
+        "summaries": written,
         "appended": [r.event_id for r in result.appended],
         "reason": result.reason,
+        "over_budget": result.over_budget,
     }
+    after = f"{'about ' if result.estimated else ''}{result.after_tokens:,}"
     if not steps:
-        text = (
-            f"nothing to do: {result.reason} (the whole context needs about {result.before_tokens:,} tokens)"
-        )
+        text = f"nothing to do: {result.reason} (the whole context needs {result.before_tokens:,} tokens)"
     else:
         verb = "would write" if dry_run else "wrote"
         text = (
-            f"{verb} {len(steps)} summar{'y' if len(steps) == 1 else 'ies'}: the whole context needs about "
-            f"{result.before_tokens:,} → {result.after_tokens:,} tokens (budget {budget:,})\n"
-            + table(steps, ["step", "versions", "level", "messages", "replaces_tokens"])
+            f"{verb} {len(steps)} summar{'y' if len(steps) == 1 else 'ies'}: the whole context needed "
+            f"{result.before_tokens:,} tokens, {'would need' if dry_run else 'now needs'} {after} "
+            f"(budget {budget:,})\n"
         )
+        text += table(steps, ["step", "versions", "level", "messages", "replaces_tokens"])
+        if written:
+            text += "\n\nnew summaries:\n" + table(
+                [dict(w, event_id=w["event_id"][:12]) for w in written],
+                ["event_id", "versions", "level", "tokens", "by"],
+            )
     emit(data, as_json=as_json, text=text)
+    if not result.met:
+        over = result.after_tokens - budget
+        echo(
+            f"warning: over budget: the context {'would still need' if dry_run else 'still needs'} {after} "
+            f"tokens, {over:,} more than the budget of {budget:,}: {result.over_budget}; keep fewer "
+            "messages raw (--keep-last), unpin some, or raise the budget",
+            err=True,
+        )
+        if not allow_over_budget:
+            sys.exit(1)
 
 
 @cli.command("summaries")

@@ -3,16 +3,11 @@ Anthropic transcripts (``turnlog import`` reads them back in)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable
-from pathlib import Path
-
 import click
 
 from turnlog.cli import _Context, cli, pass_ctx
-from turnlog.exporters import EXPORT_FORMATS, export_sessions
-from turnlog.output import emit, json_option
+from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
+from turnlog.output import echo_json_chunks, emit, json_option
 
 
 @cli.command()
@@ -31,7 +26,8 @@ from turnlog.output import emit, json_option
     "-o",
     type=click.Path(dir_okay=False, allow_dash=True),
     default="-",
-    help="Write to FILE instead of standard output (replaced only once the export is complete).",
+    help="Write to FILE instead of standard output (replaced only once the export is complete; "
+    "never the store's own file).",
 )
 @json_option
 @pass_ctx
@@ -48,28 +44,9 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
       turnlog --db other.db import chat-1.jsonl --format jsonl
     """
     with ctx.read() as store:
-        chunks = export_sessions(store, sessions, fmt)
         if output == "-":
-            for chunk in chunks:
-                click.echo(chunk, nl=False)
+            echo_json_chunks(export_sessions(store, sessions, fmt))
             return
-        written = _write_atomically(Path(output), chunks)
+        written = export_to_file(store, sessions, fmt, output)
     data = {"sessions": list(sessions), "format": fmt, "path": output, "bytes": written}
     emit(data, as_json=as_json, text=f"exported {', '.join(sessions)} ({fmt}, {written:,} bytes) to {output}")
-
-
-def _write_atomically(path: Path, chunks: Iterable[str]) -> int:
-    """Write the chunks to a temporary file beside ``path``, then put it in place: a failed export
-    never leaves a truncated file behind."""
-    written = 0
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-                written += len(chunk.encode("utf-8"))
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return written

@@ -8,21 +8,30 @@ from projections.context import ContextPolicy
 from projections.formats import render
 from projections.replay import replay as replay_calls
 from turnlog.cli import _Context, _manifest_table, cli, pass_ctx
-from turnlog.output import at_option, emit, json_option, max_tool_tokens_option, table
+from turnlog.output import (
+    at_option,
+    echo,
+    emit,
+    int_range,
+    json_option,
+    max_tool_tokens_option,
+    table,
+    tokens_range,
+)
 
 
 @cli.command()
 @click.argument("session")
 @click.option(
     "--budget",
-    type=click.IntRange(min=1),
+    type=tokens_range(1),
     default=8000,
     show_default=True,
     help="Policy for calls without a recorded manifest: the budget.",
 )
 @max_tool_tokens_option("Policy for calls without a recorded manifest: the tool output cap.")
 @at_option("Only the calls made up to this log position.")
-@click.option("--call", "show_call", type=click.IntRange(min=1), help="Print the context of call N in full.")
+@click.option("--call", "show_call", type=int_range(1), help="Print the context of call N in full.")
 @json_option
 @pass_ctx
 def replay(
@@ -61,9 +70,9 @@ def replay(
                 data["messages"] = render(chosen.context.messages, "openai")
             emit(data, as_json=True)
         elif chosen.context is not None:
-            click.echo(f"call {chosen.number}: context as of position {chosen.at_position}, ", nl=False)
-            click.echo(f"{chosen.total_tokens:,} tokens\n")
-            click.echo(chosen.context.rendered)
+            echo(f"call {chosen.number}: context as of position {chosen.at_position}, ", nl=False)
+            echo(f"{chosen.total_tokens:,} tokens\n")
+            echo(chosen.context.rendered)
         else:
             manifest = {
                 "entries": [e.model_dump() for e in chosen.entries],
@@ -72,7 +81,7 @@ def replay(
                 "tokenizer": "recorded manifest",
                 "omitted_messages": 0,
             }
-            click.echo(f"call {chosen.number}: from its recorded manifest\n" + _manifest_table(manifest))
+            echo(f"call {chosen.number}: from its recorded manifest\n" + _manifest_table(manifest))
         return
     if as_json:
         emit([c.to_dict() for c in calls], as_json=True)

@@ -3,7 +3,6 @@ definition for a provider, or print its cards."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 
 from store import load_tokenizer
 from turnlog.cli import _Context, cli, pass_ctx
-from turnlog.output import emit, input_file_option, json_option
+from turnlog.output import emit, input_file_option, json_option, tokens_range
 from turnlog.tool import (
     DEFAULT_MAX_TOKENS,
     METHODS,
@@ -41,7 +40,7 @@ def tool() -> None:
 @click.argument("session")
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=MIN_MAX_TOKENS),
+    type=tokens_range(MIN_MAX_TOKENS),
     default=DEFAULT_MAX_TOKENS,
     show_default=True,
     help="Tokens the result may have (it is capped, and says how to get the rest).",
@@ -49,7 +48,8 @@ def tool() -> None:
 @click.option("--no-record", is_flag=True, help="Do not record the call and its result in the log.")
 @click.option(
     "--tool-call-id",
-    help="The call is already in the log under this id: append only its result (and what it writes).",
+    help="The call is already in the log under this id: append only its result (and what it writes). "
+    "Safe to retry: the same id and input again print the first result and write nothing.",
 )
 @input_file_option("the envelope")
 @json_option
@@ -76,7 +76,10 @@ def call_(
     """
     if no_record and tool_call_id is not None:
         raise click.UsageError("--no-record and --tool-call-id exclude each other")
-    envelope = source.read().strip()  # the shell's final newline is not part of the call
+    # Bytes as read: the tool itself answers an envelope that is not UTF-8 or nested too deeply
+    # (recorded as the call's error result with --tool-call-id). The shell's final newline is not
+    # part of the call.
+    envelope: bytes = source.read().strip()
     with ctx.open() as store:
         result = invoke(
             store, session, envelope, max_tokens=max_tokens, record=not no_record, tool_call_id=tool_call_id
@@ -85,6 +88,7 @@ def call_(
         "result": result.text,
         "is_error": result.is_error,
         "method": result.method,
+        "retried": result.retried,
         "recorded": [
             {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
             for r in result.recorded
@@ -112,7 +116,7 @@ def schema(fmt: str) -> None:
       turnlog tool schema --format anthropic > turnlog_tool.json
     """
     provider: Provider = "anthropic" if fmt == "anthropic" else "openai"
-    click.echo(json.dumps(tool_definition(provider), indent=2, ensure_ascii=False))
+    emit(tool_definition(provider), as_json=True)
 
 
 @tool.command("help")

@@ -3,6 +3,8 @@ the method, cap the result by tokens, and record the call and its result in the 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 import uuid
@@ -14,6 +16,7 @@ from pydantic import ValidationError
 from projections.artifacts import InvalidArgumentError
 from projections.capping import cap_text
 from store import (
+    DuplicateEventError,
     Event,
     InvalidEventError,
     MessageAppended,
@@ -69,6 +72,9 @@ class ToolResult:
     """The events the call writes (a todo list, a pin); empty for reads and for refused calls."""
     recorded: tuple[RecordedEvent, ...] = ()
     """What was appended to the log for this call (see :func:`invoke`)."""
+    retried: bool = False
+    """True for a retry of a call already answered (same ``tool_call_id``, same input): the first
+    result, and nothing written."""
 
 
 def invoke(
@@ -88,6 +94,10 @@ def invoke(
       that call): the call's effects, then a ``tool_returned`` answering it — also for a refused
       call (``is_error``), because a call left without a result is what the context builder would
       otherwise have to mark as interrupted. The effects are still never written for invalid input.
+      The call id is a retry key, scoped to the session: the same id sent again with the same
+      input (equal JSON) returns the first result (``retried``) and writes nothing, so a todo
+      list or pin is never applied twice; the same id with another input raises
+      DuplicateEventError.
     - else with ``record`` (the default): for a call that succeeds, an assistant message holding one
       ``turnlog`` tool call (the envelope as its arguments, a fresh call id), the effects, and the
       ``tool_returned`` with the result text — the log shows the agent's use of its own log like
@@ -110,11 +120,11 @@ def invoke(
             f"tool_call_id {tool_call_id!r} is invalid: use 1 to 200 characters without whitespace"
         )
     store.require_session(session_id)
+    if tool_call_id is not None:
+        return _invoke_once(store, session_id, envelope, max_tokens, tool_call_id)
     result = _serve(store, session_id, envelope, max_tokens)
     batch: list[Event] = []
-    if tool_call_id is not None:
-        batch = [*result.effects, _returned(tool_call_id, result)]
-    elif result.is_error:
+    if result.is_error:
         return result
     elif record:
         call_id = f"turnlog_{uuid.uuid4().hex[:24]}"
@@ -134,6 +144,72 @@ def invoke(
     return ToolResult(
         result.text, result.is_error, result.method, result.arguments, result.effects, tuple(recorded)
     )
+
+
+def _invoke_once(
+    store: SQLiteStore, session_id: str, envelope: Envelope, max_tokens: int, tool_call_id: str
+) -> ToolResult:
+    """Serve a call the log already holds, exactly once per (session, call id): the first time,
+    append its effects and result under ids derived from the key and the input; a retry with the
+    same input finds them and returns the first result, writing nothing; a retry with another
+    input is refused."""
+    key = _retry_key(session_id, tool_call_id)
+    fingerprint = _fingerprint(envelope)
+    answered = _answered(store, session_id, key)
+    if answered is None:
+        result = _serve(store, session_id, envelope, max_tokens)
+        # Derived ids make a concurrent or repeated first call the same batch, which the store
+        # stores once (DuplicateEventError when the two differ: then the other one won).
+        effects = [
+            e.model_copy(update={"event_id": f"{key}e{i}{fingerprint}"}) for i, e in enumerate(result.effects)
+        ]
+        returned = _returned(tool_call_id, result).model_copy(update={"event_id": f"{key}r{fingerprint}"})
+        try:
+            recorded = store.append(session_id, [*effects, returned])
+        except DuplicateEventError:
+            answered = _answered(store, session_id, key)
+            if answered is None:
+                raise
+        else:
+            return dataclasses.replace(result, effects=tuple(effects), recorded=tuple(recorded))
+    if answered.event_id != f"{key}r{fingerprint}":
+        raise DuplicateEventError(
+            f"tool call {tool_call_id!r} of session {session_id!r} was already answered for another "
+            "input: a retry must send the same envelope; a new call needs a new tool_call_id"
+        )
+    event = answered.event
+    assert isinstance(event, ToolReturned)
+    parsed = _parse(envelope)
+    method = None if isinstance(parsed, _Refused) else parsed[0]
+    arguments = parsed.arguments if isinstance(parsed, _Refused) else parsed[2]
+    return ToolResult(event.content, event.is_error, method, arguments, (), (), retried=True)
+
+
+def _retry_key(session_id: str, tool_call_id: str) -> str:
+    """The stem of the ids a call's events get: one per session and call id (the same id in
+    another session is another call)."""
+    digest = hashlib.sha256(f"turnlog-tool\0{session_id}\0{tool_call_id}".encode()).hexdigest()
+    return f"tlc{digest[:40]}"
+
+
+def _fingerprint(envelope: Envelope) -> str:
+    """A digest of the call's input, the same for equal JSON however it is spaced or ordered."""
+    text: str | bytes = envelope if isinstance(envelope, (str, bytes)) else ""
+    try:
+        data = json.loads(envelope) if isinstance(envelope, (str, bytes)) else envelope
+        text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        pass  # not JSON: its exact text (or bytes) is the input
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:24]
+
+
+def _answered(store: SQLiteStore, session_id: str, key: str) -> RecordedEvent | None:
+    """The result already recorded for this key in the session, if any."""
+    try:
+        return store.find_event(session_id, f"{key}r")
+    except UnknownEventError:
+        return None
 
 
 def call(

@@ -1,0 +1,421 @@
+"""The build itself: the retained messages, then units (a message with its tool results) from the
+newest back while they fit, capped as the policy says, and a notice of what was left out; and the
+timeline compaction plans with."""
+
+from __future__ import annotations
+
+from projections.capping import MIN_CAP, cap_text
+from projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
+from projections.context_reader import ContextReader, Row, SummaryRow
+from projections.context_types import (
+    FILL_MIN,
+    INTERRUPTED,
+    PER_MESSAGE,
+    PER_NAME,
+    PRIME_TOKENS,
+    Block,
+    BuiltContext,
+    Category,
+    ContextBudgetError,
+    ContextMessage,
+)
+from projections.formats import render
+from store import MessageAppended, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
+
+
+class ContextBuilder(ContextReader):
+    """One build of one session as of one position under one policy."""
+
+    # -- rendering of one unit ----------------------------------------------------------------
+
+    def _unit(
+        self,
+        head: Row,
+        returns: list[Row],
+        *,
+        category: Category | None,
+        tool_cap: int | None,
+        message_cap: int | None,
+    ) -> list[ContextMessage]:
+        """A message, or a call with its returns (and synthesized results for calls that got
+        none), each capped as asked (None: whole)."""
+        self._load([head.version, *(r.version for r in returns)])
+        record = self.events[head.version]
+        event = record.event
+        assert isinstance(event, MessageAppended)
+        out = [self._message(head, record, event, category, message_cap, tool_cap)]
+        answered: set[str] = set()
+        for sub, ret in enumerate(sorted(returns, key=lambda r: r.version), 1):
+            ret_record = self.events[ret.version]
+            ret_event = ret_record.event
+            assert isinstance(ret_event, ToolReturned)
+            answered.add(ret_event.tool_call_id)
+            out.append(self._tool_output(ret, ret_record, ret_event, category, tool_cap, head, sub))
+        for sub, call in enumerate(event.tool_calls or (), len(out)):
+            if call.id in answered:
+                continue
+            text = INTERRUPTED
+            tokens = PER_MESSAGE + self.costs["tool"] + self.tok.count(text) + self.tok.count(call.id)
+            out.append(
+                ContextMessage(
+                    role="tool",
+                    content=text,
+                    tokens=tokens,
+                    mode="synthesized",
+                    category=category or "tool_output",
+                    event_ids=(record.event_id,),
+                    order=(head.version, sub + 1000),
+                    tool_call_id=call.id,
+                    is_error=True,
+                )
+            )
+        return out
+
+    def _message(
+        self,
+        row: Row,
+        record: RecordedEvent,
+        event: MessageAppended,
+        category: Category | None,
+        cap: int | None,
+        arguments_cap: int | None = None,
+    ) -> ContextMessage:
+        role = event.role
+        calls = event.tool_calls or ()
+        full = (
+            PER_MESSAGE
+            + self.costs[role]
+            + row.tokens
+            + (PER_NAME if event.name else 0)
+            + len(calls) * self.costs["function"]
+        )
+        content, tokens, shown = event.content, full, None
+        if cap is not None and row.tokens > cap and len(event.content.encode("utf-8")) > cap:
+            other = self.tok.count_all(other_texts(event))
+            capped = cap_text(
+                event.content,
+                cap,
+                self.tok,
+                message_notice(record.event_id),
+                total_tokens=row.tokens - other,
+            )
+            if capped.capped:
+                content, shown = capped.text, capped.shown_tokens
+                tokens = full - (row.tokens - other) + capped.tokens
+        if arguments_cap is not None and calls:
+            calls, saved, arguments_shown = self._cap_arguments(record.event_id, calls, arguments_cap)
+            if saved:
+                tokens -= saved
+                if shown is None:
+                    shown = self.tok.count(content) if content else 0
+                shown += arguments_shown
+        default: Category = "system" if role == "system" else "message"
+        return ContextMessage(
+            role=role,
+            content=content,
+            tokens=tokens,
+            mode="full" if shown is None else "capped",
+            category=category or default,
+            event_ids=(record.event_id,),
+            order=(row.version, 0),
+            name=event.name,
+            tool_calls=calls,
+            shown_tokens=shown,
+        )
+
+    def _cap_arguments(
+        self, event_id: str, calls: tuple[ToolCall, ...], cap: int
+    ) -> tuple[tuple[ToolCall, ...], int, int]:
+        """The calls with their arguments capped to ``cap`` tokens each, the tokens that saved, and
+        the tokens of arguments still shown."""
+        out: list[ToolCall] = []
+        saved = shown = 0
+        for index, call in enumerate(calls):
+            # UTF-8 bytes bound the tokens from above: most calls are never counted.
+            if len(call.arguments.encode("utf-8")) <= cap:
+                out.append(call)
+                continue
+            capped = cap_call_arguments(self.store, event_id, index, call.arguments, cap)
+            if capped.capped:
+                out.append(call.model_copy(update={"arguments": capped.text}))
+                saved += capped.total_tokens - capped.tokens
+                shown += capped.shown_tokens
+            else:
+                out.append(call)
+        return (tuple(out), saved, shown) if saved else (calls, 0, 0)
+
+    def _tool_output(
+        self,
+        row: Row,
+        record: RecordedEvent,
+        event: ToolReturned,
+        category: Category | None,
+        cap: int | None,
+        head: Row,
+        sub: int,
+    ) -> ContextMessage:
+        full = PER_MESSAGE + self.costs["tool"] + row.tokens
+        content, mode, tokens, shown = event.content, "full", full, None
+        if cap is not None:
+            id_tokens = self.tok.count(event.tool_call_id)
+            capped = cap_output(
+                self.store,
+                record.event_id,
+                event.content,
+                cap,
+                row.tokens - id_tokens,
+                event.artifact_id,
+            )
+            if capped.capped:
+                content, mode, shown = capped.text, "capped", capped.shown_tokens
+                tokens = PER_MESSAGE + self.costs["tool"] + id_tokens + capped.tokens
+        return ContextMessage(
+            role="tool",
+            content=content,
+            tokens=tokens,
+            mode=mode,  # type: ignore[arg-type]
+            category=category or "tool_output",
+            event_ids=(record.event_id,),
+            order=(head.version, sub),
+            tool_call_id=event.tool_call_id,
+            is_error=event.is_error,
+            shown_tokens=shown,
+        )
+
+    # -- the build ----------------------------------------------------------------------------
+
+    def build(self) -> BuiltContext:
+        policy = self.policy
+        retained_rows, pinned = self._retained()
+        retained_versions = {r.version for r in retained_rows}
+        open_run = self._open_run_start()
+
+        messages: list[ContextMessage] = []
+        for row in retained_rows:
+            if row.role == "tool":
+                continue  # rendered with its call
+            returns = [r for r in retained_rows if r.role == "tool" and r.call_version == row.version]
+            category: Category | None = "pinned" if row.version in pinned else None
+            unit = self._unit(row, returns, category=category, tool_cap=None, message_cap=None)
+            for message in unit:
+                if message.role == "tool" and message.event_ids[0] in self._pinned_ids(pinned):
+                    message.category = "pinned"
+            messages += unit
+
+        used = PRIME_TOKENS + sum(m.tokens for m in messages)
+        total_messages, total_tokens = self._cumulative(self.head_version + 1)
+        reserve = self._notice_cost(total_messages, total_tokens)
+        if used > policy.budget:
+            raise ContextBudgetError(
+                f"the messages that are always kept (system, first user message, pinned) need "
+                f"{used:,} tokens, {used - policy.budget:,} over the budget of {policy.budget:,}; "
+                "raise the budget or unpin messages"
+            )
+        remaining = policy.budget - used - reserve
+
+        kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
+        pending: dict[int, list[Row]] = {}
+        exhausted = True
+        for item in self._walk_back(retained_versions, self._active_summaries()):
+            if isinstance(item, SummaryRow):
+                shown = self._summary_message(item)
+                if shown.tokens > remaining:
+                    exhausted = False
+                    break
+                kept.append((item.first, [shown]))
+                remaining -= shown.tokens
+                continue
+            row = item
+            if row.role == "tool":
+                if row.call_version is not None and row.call_version not in retained_versions:
+                    pending.setdefault(row.call_version, []).append(row)
+                continue
+            returns = pending.pop(row.version, [])
+            in_open_run = open_run is not None and row.version > open_run
+            tool_cap = None if (in_open_run and not policy.cap_open_run) else policy.max_tool_tokens
+            unit = self._unit(
+                row, returns, category=None, tool_cap=tool_cap, message_cap=policy.max_message_tokens
+            )
+            cost = sum(m.tokens for m in unit)
+            if cost > remaining and tool_cap is None and (returns or row.n_calls):
+                unit = self._unit(
+                    row,
+                    returns,
+                    category=None,
+                    tool_cap=policy.max_tool_tokens,
+                    message_cap=policy.max_message_tokens,
+                )
+                cost = sum(m.tokens for m in unit)
+            if cost > remaining:
+                exhausted = False
+                squeezed = self._squeeze(row, returns, remaining) if policy.fill else None
+                if squeezed is not None:
+                    kept.append((row.version, squeezed))
+                break
+            kept.append((row.version, unit))
+            remaining -= cost
+
+        notice: ContextMessage | None = None
+        omitted_messages = omitted_tokens = 0
+        while not exhausted:
+            oldest_kept = kept[-1][0] if kept else self.head_version + 1
+            before_messages, before_tokens = self._cumulative(oldest_kept)
+            retained_before = [r for r in retained_rows if r.version < oldest_kept]
+            omitted_messages = before_messages - len(retained_before)
+            omitted_tokens = before_tokens - sum(r.tokens for r in retained_before)
+            if omitted_messages <= 0:
+                break
+            room = policy.budget - used - sum(m.tokens for _, unit in kept for m in unit)
+            notice = self._notice_message(omitted_messages, omitted_tokens, oldest_kept, room)
+            if notice is not None:
+                break
+            if not kept:
+                raise ContextBudgetError(
+                    f"the messages that are always kept (system, first user message, pinned) leave "
+                    f"{room:,} tokens of the budget of {policy.budget:,}: too few for the notice "
+                    "that says what was left out; raise the budget"
+                )
+            kept.pop()  # make room for the notice at the cost of the oldest kept message
+        for _, unit in kept:
+            messages += unit
+        if notice is not None:
+            messages.append(notice)
+        messages.sort(key=lambda m: m.order)
+        total = PRIME_TOKENS + sum(m.tokens for m in messages)
+        if total > policy.budget:  # pragma: no cover - guarded above
+            raise ContextBudgetError(f"internal error: built {total} tokens over {policy.budget}")
+        built = BuiltContext(
+            session_id=self.sid,
+            at_position=self.at,
+            head_version=self.head_version,
+            policy=policy,
+            tokenizer=self.tok.name,
+            total_tokens=total,
+            messages=messages,
+            omitted_messages=omitted_messages,
+            omitted_tokens=omitted_tokens,
+        )
+        built.rendered = render(messages, policy.format)
+        return built
+
+    def timeline(self) -> list[Block]:
+        retained_rows, _ = self._retained()
+        retained = {r.version for r in retained_rows}
+        blocks: list[Block] = []
+        for row in retained_rows:
+            blocks.append(Block("retained", row.version, row.version, self._estimate(row), 1))
+        units: dict[int, list[Row]] = {}
+        heads: dict[int, Row] = {}
+        orphans = 0
+        for item in self._walk_back(retained, self._active_summaries(), load=False):
+            if isinstance(item, SummaryRow):
+                cost = PER_MESSAGE + self.costs["system"] + item.tokens
+                messages = self._cumulative(item.last + 1)[0] - self._cumulative(item.first)[0]
+                blocks.append(
+                    Block("summary", item.first, item.last, cost, messages, item.level, item.event_id)
+                )
+            elif item.role == "tool":
+                if item.call_version is None:
+                    orphans += 1
+                else:
+                    units.setdefault(item.call_version, []).append(item)
+            else:
+                heads[item.version] = item
+        for version, head in heads.items():
+            rows = [head, *sorted(units.pop(version, []), key=lambda r: r.version)]
+            blocks.append(
+                Block(
+                    "unit",
+                    version,
+                    rows[-1].version,
+                    sum(self._estimate(r) for r in rows),
+                    len(rows),
+                    versions=tuple(r.version for r in rows),
+                )
+            )
+        blocks.sort(key=lambda b: (b.first, b.kind != "summary"))
+        return blocks
+
+    def _estimate(self, row: Row) -> int:
+        cap = self.policy.max_tool_tokens if row.role == "tool" else self.policy.max_message_tokens
+        return (
+            PER_MESSAGE
+            + self.costs[row.role]
+            + min(row.tokens, cap + 40)
+            + (PER_NAME if row.has_name else 0)
+            + row.n_calls * self.costs["function"]
+        )
+
+    def _pinned_ids(self, pinned: set[int]) -> set[str]:
+        return {self.events[v].event_id for v in pinned if v in self.events}
+
+    def _squeeze(self, row: Row, returns: list[Row], remaining: int) -> list[ContextMessage] | None:
+        """The unit capped hard enough to fit ``remaining``, if that leaves anything worth showing."""
+        if remaining < FILL_MIN:
+            return None
+        if not returns and row.n_calls == 0:
+            cap = remaining - PER_MESSAGE - self.costs[row.role] - 8
+            if cap < MIN_CAP:
+                return None
+            unit = self._unit(row, [], category=None, tool_cap=None, message_cap=cap)
+        else:
+            # The call stays (its arguments capped as the policy caps them); what is left is shared
+            # by its outputs.
+            policy = self.policy
+            head = self._unit(
+                row, [], category=None, tool_cap=policy.max_tool_tokens, message_cap=policy.max_message_tokens
+            )
+            head_cost = head[0].tokens
+            per_output = PER_MESSAGE + self.costs["tool"] + 12
+            outputs = max(1, row.n_calls)
+            cap = min((remaining - head_cost) // outputs - per_output, self.policy.max_tool_tokens)
+            if cap < MIN_CAP:
+                return None
+            unit = self._unit(
+                row, returns, category=None, tool_cap=cap, message_cap=self.policy.max_message_tokens
+            )
+        if any(m.shown_tokens == 0 for m in unit):
+            return None  # capped to its notice alone: a message with nothing of itself left
+        return unit if sum(m.tokens for m in unit) <= remaining else None
+
+    def _summary_message(self, summary: SummaryRow) -> ContextMessage:
+        self._load([summary.version])
+        event = self.events[summary.version].event
+        assert isinstance(event, SummaryRecorded)
+        return ContextMessage(
+            role="system",
+            content=event.context_text(),
+            tokens=PER_MESSAGE + self.costs["system"] + summary.tokens,
+            mode="summary",
+            category="summary",
+            event_ids=(summary.event_id,),
+            order=(summary.first, -1),
+        )
+
+    def _notice_cost(self, messages: int, tokens: int) -> int:
+        return PER_MESSAGE + self.costs["system"] + self.tok.count(_omission_text(messages, tokens))
+
+    def _notice_message(
+        self, messages: int, tokens: int, before_version: int, room: int
+    ) -> ContextMessage | None:
+        """The omission notice, in full or in short, if either fits ``room``."""
+        for text in (_omission_text(messages, tokens), f"[turnlog: {messages:,} earlier messages omitted]"):
+            cost = PER_MESSAGE + self.costs["system"] + self.tok.count(text)
+            if cost <= room:
+                return ContextMessage(
+                    role="system",
+                    content=text,
+                    tokens=cost,
+                    mode="notice",
+                    category="notice",
+                    event_ids=(),
+                    order=(before_version - 0.5, 0),
+                )
+        return None
+
+
+def _omission_text(messages: int, tokens: int) -> str:
+    return (
+        f"[turnlog: {messages:,} earlier messages (about {tokens:,} tokens) are not shown here; "
+        "they remain in the session's log]"
+    )

@@ -1,0 +1,194 @@
+"""What the context builder reads: light rows of the context index, the retained messages, the
+active summaries and the session's tail, walked back from the head in growing chunks. Only these
+are read, never the whole session."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from projections.context_types import ContextPolicy, role_costs
+from store import RecordedEvent, SQLiteStore
+
+
+@dataclass(slots=True)
+class Row:
+    """A light ctx_messages row."""
+
+    version: int
+    position: int
+    role: str
+    first_user: bool
+    has_name: bool
+    n_calls: int
+    call_version: int | None
+    tokens: int
+
+
+@dataclass(slots=True)
+class SummaryRow:
+    """An active summary_recorded, as the index has it."""
+
+    version: int
+    event_id: str
+    first: int
+    last: int
+    level: int
+    tokens: int
+
+
+ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens"
+
+
+class ContextReader:
+    """Reads for one build of one session as of one position."""
+
+    def __init__(
+        self, store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int, head_version: int
+    ) -> None:
+        self.store = store
+        self.sid = session_id
+        self.policy = policy
+        self.at = at
+        self.head_version = head_version
+        self.tok = store.tokenizer
+        self.costs = role_costs(self.tok)
+        self.events: dict[int, RecordedEvent] = {}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _rows(self, where: str, params: Sequence[Any], *, hint: str = "") -> list[Row]:
+        with self.store.reading() as conn:
+            return [
+                Row(v, p, r, bool(f), bool(n), c, cv, t)
+                for v, p, r, f, n, c, cv, t in conn.execute(
+                    f"SELECT {ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}",
+                    (self.sid, *params),
+                )
+            ]
+
+    def _load(self, versions: Sequence[int]) -> None:
+        missing = [v for v in versions if v not in self.events]
+        if missing:
+            for record in self.store.read_versions(self.sid, missing):
+                self.events[record.version] = record
+
+    def _retained(self) -> tuple[list[Row], set[int]]:
+        """System messages, the first user message and pinned messages, each with its whole unit
+        (a call with its returns)."""
+        versions = {
+            r.version
+            for r in self._rows(
+                # INDEXED BY: SQLite does not choose a partial index for an OR on its own, and the
+                # primary key would read every row of the session.
+                "AND version <= ? AND (role = 'system' OR first_user = 1)",
+                (self.head_version,),
+                hint="INDEXED BY ctx_messages_retained",
+            )
+        }
+        with self.store.reading() as conn:
+            pinned = {
+                v
+                for (v,) in conn.execute(
+                    "SELECT target_version FROM ctx_pins WHERE session_id = ? AND pinned_at <= ? "
+                    "AND (unpinned_at IS NULL OR unpinned_at > ?)",
+                    (self.sid, self.at, self.at),
+                )
+            }
+            versions |= pinned
+            rows = {r.version: r for r in self._rows_in(versions)}
+            # A pinned return keeps its call; a kept call keeps all its returns.
+            calls = {r.call_version for r in rows.values() if r.role == "tool" and r.call_version}
+            calls |= {r.version for r in rows.values() if r.n_calls}
+            for call in calls:
+                versions.add(call)
+                versions |= {
+                    v
+                    for (v,) in conn.execute(
+                        "SELECT return_version FROM ctx_calls WHERE session_id = ? AND "
+                        "call_version = ? AND return_version IS NOT NULL AND return_position <= ?",
+                        (self.sid, call, self.at),
+                    )
+                }
+        all_rows = self._rows_in(versions)
+        return all_rows, pinned
+
+    def _rows_in(self, versions: set[int]) -> list[Row]:
+        found: list[Row] = []
+        ordered = sorted(versions)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start : start + 500]
+            found += self._rows(f"AND version IN ({','.join('?' * len(chunk))})", chunk)
+        return found
+
+    def _open_run_start(self) -> int | None:
+        with self.store.reading() as conn:
+            row = conn.execute(
+                "SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= ? "
+                "AND (finished_position IS NULL OR finished_position > ?) "
+                "ORDER BY started_position DESC LIMIT 1",
+                (self.sid, self.at, self.at),
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    def _walk_back(
+        self, skip: set[int], summaries: list[SummaryRow], *, load: bool = True
+    ) -> Iterator[Row | SummaryRow]:
+        """From the head version down: ctx rows in growing chunks, and in place of each range an
+        active summary covers, the summary (its rows are never read)."""
+        starts = [summary.first for summary in summaries]
+        upper = self.head_version
+        size = 32
+        while upper >= 1:
+            i = bisect.bisect_right(starts, upper) - 1
+            if i >= 0 and summaries[i].last >= upper:
+                yield summaries[i]
+                upper = summaries[i].first - 1
+                continue
+            lower = summaries[i].last + 1 if i >= 0 else 1
+            rows = self._rows(
+                "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?", (upper, lower, size)
+            )
+            if rows:
+                if load:
+                    self._load([r.version for r in rows if r.version not in skip and r.role != "system"])
+                for row in rows:
+                    if row.version not in skip:
+                        yield row
+            upper = rows[-1].version - 1 if len(rows) == size else lower - 1
+            size = min(size * 2, 512)
+
+    def _active_summaries(self) -> list[SummaryRow]:
+        """The summaries a context shows as of ``at``: not replaced by a later one, the highest
+        level first, then the newest, never two over the same versions; in version order."""
+        with self.store.reading() as conn:
+            found = [
+                SummaryRow(*row)
+                for row in conn.execute(
+                    # Two index ranges rather than an OR, which would read every summary ever written.
+                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+                    "INDEXED BY ctx_summaries_active "
+                    "WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
+                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+                    "INDEXED BY ctx_summaries_active "
+                    "WHERE session_id = ? AND superseded_at > ? AND position <= ?",
+                    (self.sid, self.at, self.sid, self.at, self.at),
+                )
+            ]
+        chosen: list[SummaryRow] = []
+        for summary in sorted(found, key=lambda s: (-s.level, -s.version)):
+            if all(summary.last < c.first or summary.first > c.last for c in chosen):
+                chosen.append(summary)
+        return sorted(chosen, key=lambda s: s.first)
+
+    def _cumulative(self, before_version: int) -> tuple[int, int]:
+        """Messages and stored tokens of the session below a version."""
+        with self.store.reading() as conn:
+            row = conn.execute(
+                "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? AND "
+                "version < ? ORDER BY version DESC LIMIT 1",
+                (self.sid, before_version),
+            ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -1,0 +1,164 @@
+"""The context builder's vocabulary: the policy, the messages of a built context, the manifest it
+records, the blocks compaction plans with, and the chat-format constants every cost is made of."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from projections.capping import MIN_CAP
+from store import ContextBuilt, ManifestEntry, StoreError, Tokenizer, ToolCall
+
+PRIME_TOKENS = 3
+"""Tokens every reply is primed with (OpenAI's rule)."""
+PER_MESSAGE = 3
+"""Tokens of chat-format overhead per message."""
+PER_NAME = 1
+"""Extra token when a message has a ``name``."""
+
+INTERRUPTED = "[turnlog: no result was recorded for this call: it was interrupted]"
+"""The synthesized result of a call that never got one (shown in contexts, never logged)."""
+
+FILL_MIN = 48
+"""The least room worth filling with a capped message at the oldest end of the context."""
+
+Format = Literal["openai", "anthropic", "text"]
+Mode = Literal["full", "capped", "synthesized", "notice", "summary"]
+Category = Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
+
+
+class ContextBudgetError(StoreError):
+    """The messages that must always be kept do not fit the budget."""
+
+
+class ContextPolicy(BaseModel):
+    """How a context is built."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budget: int = Field(ge=1)
+    """Prompt tokens, everything included (messages, chat-format overhead, notices)."""
+    max_tool_tokens: int = Field(default=1000, ge=MIN_CAP)
+    """Inline cap for a tool output, and for each tool call's arguments (the whole stays fetchable)."""
+    max_message_tokens: int = Field(default=4000, ge=MIN_CAP)
+    """Cap for an over-long user or assistant message's content."""
+    format: Format = "openai"
+    """Output format: OpenAI chat-completions messages, Anthropic messages, or plain text."""
+    cap_open_run: bool = False
+    """Cap tool outputs of the run still open too (by default they are shown whole if they fit)."""
+    fill: bool = True
+    """Use leftover budget for the next older message, capped to fit."""
+
+
+@dataclass(slots=True)
+class ContextMessage:
+    """A message of the context, before it is rendered in a format."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    tokens: int
+    mode: Mode
+    category: Category
+    event_ids: tuple[str, ...]
+    order: tuple[float, int]
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
+    shown_tokens: int | None = None
+    """For a capped message: the tokens of its own text still shown (0: only the notice)."""
+
+
+@dataclass
+class BuiltContext:
+    """The result of a build: the rendered messages and the manifest of what went in."""
+
+    session_id: str
+    at_position: int
+    head_version: int
+    policy: ContextPolicy
+    tokenizer: str
+    total_tokens: int
+    messages: list[ContextMessage]
+    omitted_messages: int
+    omitted_tokens: int
+    rendered: Any = field(default=None)
+
+    @functools.cached_property
+    def entries(self) -> tuple[ManifestEntry, ...]:
+        """One manifest entry per message, in order (computed once)."""
+        return tuple(
+            ManifestEntry(
+                event_ids=m.event_ids,
+                role=m.role,
+                mode=m.mode,
+                category=m.category,
+                tokens=m.tokens,
+            )
+            for m in self.messages
+        )
+
+    def manifest(self) -> dict[str, Any]:
+        """What went into the context, as JSON data."""
+        return {
+            "session_id": self.session_id,
+            "at_position": self.at_position,
+            "head_version": self.head_version,
+            "tokenizer": self.tokenizer,
+            "budget": self.policy.budget,
+            "total_tokens": self.total_tokens,
+            "omitted_messages": self.omitted_messages,
+            "omitted_tokens": self.omitted_tokens,
+            "policy": self.policy.model_dump(),
+            "entries": [e.model_dump() for e in self.entries],
+        }
+
+    def to_event(self, *, run_id: str | None = None, model: str | None = None) -> ContextBuilt:
+        """The ``context_built`` event recording this build."""
+        return ContextBuilt(
+            at_position=self.at_position,
+            head_version=self.head_version,
+            format=self.policy.format,
+            tokenizer=self.tokenizer,
+            budget=self.policy.budget,
+            total_tokens=self.total_tokens,
+            policy=self.policy.model_dump(),
+            entries=self.entries,
+            run_id=run_id,
+            model=model,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A piece of a session's timeline, as compaction plans with it."""
+
+    kind: Literal["retained", "summary", "unit"]
+    """A message that is always kept, an active summary, or a message with its tool results."""
+    first: int
+    """First version it spans."""
+    last: int
+    """Last version it spans (a call's last result)."""
+    cost: int
+    """Tokens it adds to a context (estimated for units: capped as the policy caps them)."""
+    messages: int
+    """Messages it stands for."""
+    level: int = -1
+    """A summary's level (-1 for others)."""
+    event_id: str = ""
+    """A summary's event id."""
+    versions: tuple[int, ...] = ()
+    """A unit's message versions."""
+
+
+@functools.lru_cache(maxsize=8)
+def _costs_for(name: str, tok: Tokenizer) -> dict[str, int]:
+    return {word: tok.count(word) for word in ("system", "user", "assistant", "tool", "function")}
+
+
+def role_costs(tok: Tokenizer) -> dict[str, int]:
+    """Tokens of each role word (and of a function call's type), counted once per tokenizer."""
+    return _costs_for(tok.name, tok)
