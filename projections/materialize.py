@@ -3,13 +3,19 @@ written in the same transaction as the rows, so a crash can never leave the two 
 
 Each projection is deterministic: its rows after processing positions 1..P depend only on those
 events. So catching up incrementally, rebuilding from zero and resuming from any checkpoint give the
-same rows — the property the tests check for every projection."""
+same rows — the property the tests check for every projection.
+
+Writers advance the rows after their commit. A store opened read-only never writes: what its file's
+rows lack (they are behind the log, or missing) is folded into temp copies of the tables that shadow
+them on its own connection (SQLite resolves an unqualified name in the temp schema first), so every
+read sees the rows as a catch-up would have written them."""
 
 from __future__ import annotations
 
 import abc
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
@@ -68,9 +74,14 @@ class Materializer:
         self.store = store
         self.projections = list(projections)
         self._ready = False
+        self._folded: dict[str, int] = {}
+        """Read-only store: the projections shadowed in temp, and the position each has applied."""
 
     def _prepare(self) -> None:
         if self._ready:
+            return
+        if self.store.readonly:  # nothing to create: missing tables are folded in temp
+            self._ready = True
             return
         with self.store.atomic() as conn:
             conn.execute(_CHECKPOINTS)
@@ -90,19 +101,46 @@ class Materializer:
         """The last position the projection has applied."""
         self._prepare()
         with self.store.reading() as conn:
-            return _checkpoint(conn, projection)
+            return self._position(conn, projection)
 
-    def catch_up(self, *, through: int | None = None, progress: Progress | None = None) -> int:
+    def _position(self, conn: sqlite3.Connection, projection: Projection) -> int:
+        if not self.store.readonly:
+            return _checkpoint(conn, projection)
+        folded = self._folded.get(projection.name)
+        if folded is not None:
+            return folded
+        stored = _stored_checkpoint(conn, projection)
+        return 0 if stored is None else stored
+
+    def catch_up(
+        self,
+        *,
+        through: int | None = None,
+        progress: Progress | None = None,
+        appended: Sequence[RecordedEvent] = (),
+    ) -> int:
         """Apply every event not applied yet (up to ``through``), reading each batch of events once
         for all projections; return the last position applied. Token counts are caught up first,
-        since projections use them."""
+        since projections use them. ``appended``: the records an append of this process just
+        stored (a writer's catch-up after its commit), whose counts are made from memory."""
         self._prepare()
+        if self.store.readonly:
+            return self._fold(through)
         # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
-        # the counts in the same transaction as the projections (one commit, one fsync, per turn).
-        pending = self.store.count_pending(limit=BATCH)
-        if pending is not None and len(pending[0]) >= BATCH:
-            self.store.catch_up_tokens()  # a large backlog: in its own batches first
-            pending = None
+        # the counts in the same transaction as the projections (one commit per turn).
+        pending: tuple[list[tuple[int, int]], int] | None
+        after: int | None = None  # the counts are only the appended events': all before must be counted
+        fresh: list[RecordedEvent] = []  # the appended records with their counts, applied without a read
+        if appended and through is None:
+            count = self.store.count_event_tokens
+            fresh = [r if r.tokens is not None else replace(r, tokens=count(r.event)) for r in appended]
+            pending = ([(r.tokens or 0, r.position) for r in fresh], fresh[-1].position)
+            after = fresh[0].position - 1
+        else:
+            pending = self.store.count_pending(limit=BATCH)
+            if pending is not None and len(pending[0]) >= BATCH:
+                self.store.catch_up_tokens()  # a large backlog: in its own batches first
+                pending = None
         if pending is None:
             with self.store.reading() as conn:
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
@@ -110,13 +148,21 @@ class Materializer:
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
-            with self.store.atomic() as conn:
+            # Not durable: the rows are remade from the log if a power loss takes them back.
+            with self.store.atomic(durable=False) as conn:
+                limit = counted_through(conn)
                 if pending is not None:
+                    if after is not None and limit < after:
+                        # Older events still wait for their counts (a catch-up that did not run):
+                        # the general path counts them all.
+                        pending = None
+                        break
                     write_token_counts(conn, *pending)
+                    limit = max(limit, pending[1])
                     pending = None
                 # Re-read inside the write lock: another process may have advanced them meanwhile.
-                starts = {p.name: _checkpoint(conn, p) for p in self.projections}
-                limit = counted_through(conn)
+                stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
+                starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
                 if through is not None:
                     limit = min(limit, through)
                 start = min(starts.values(), default=limit)
@@ -124,7 +170,10 @@ class Materializer:
                 if end <= start:
                     return start
                 wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
-                records = records_between(conn, start, end, wanted)
+                if fresh and start == after and end == fresh[-1].position:
+                    records = [r for r in fresh if wanted is None or r.type in wanted]
+                else:
+                    records = records_between(conn, start, end, wanted)
                 for projection in self.projections:
                     own = starts[projection.name]
                     if own >= end:
@@ -138,6 +187,49 @@ class Materializer:
                     _set_checkpoint(conn, projection, end)
             if progress is not None:
                 progress(end, limit)
+            if end >= limit:
+                return end  # no transaction just to find that nothing is left
+        return self.catch_up(through=through, progress=progress)
+
+    def _fold(self, through: int | None) -> int:
+        """A read-only store's catch-up, in temp tables on its connection (see the module's doc)."""
+        self.store.catch_up_tokens()  # folded in memory too
+        limit = self.store.counted_position()
+        if through is not None:
+            limit = min(limit, through)
+        with self.store.reading() as conn:
+            for projection in self.projections:
+                if projection.name in self._folded:
+                    continue
+                stored = _stored_checkpoint(conn, projection)
+                if stored is not None and stored >= limit:
+                    continue
+                projection.create(conn, "temp")
+                if stored is not None:
+                    for table in projection.tables:
+                        conn.execute(f"INSERT INTO temp.{table} SELECT * FROM main.{table}")
+                self._folded[projection.name] = stored or 0
+            while True:
+                behind = [p for p in self.projections if self._folded.get(p.name, limit) < limit]
+                if not behind:
+                    break
+                start = min(self._folded[p.name] for p in behind)
+                end = min(limit, start + BATCH)
+                records = records_between(conn, start, end, _union_types(p.types for p in behind))
+                for projection in behind:
+                    own = self._folded[projection.name]
+                    if own >= end:
+                        continue
+                    projection.apply(
+                        conn,
+                        [
+                            r
+                            for r in records
+                            if r.position > own and (projection.types is None or r.type in projection.types)
+                        ],
+                    )
+                    self._folded[projection.name] = end
+            return min((self._position(conn, p) for p in self.projections), default=limit)
 
     def reset(self) -> None:
         """Empty every projection and its checkpoint (the next catch-up starts from zero)."""
@@ -156,7 +248,10 @@ class Materializer:
     def snapshots(self) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
         """Every projection's rows, by projection name (for comparisons)."""
         with self.store.reading() as conn:
-            return {p.name: p.snapshot(conn) for p in self.projections}
+            return {
+                p.name: p.snapshot(conn, "temp" if p.name in self._folded else "main")
+                for p in self.projections
+            }
 
     def differences(self) -> list[str]:
         """Compare every projection, caught up, with a fresh rebuild of it; return one line per
@@ -166,15 +261,22 @@ class Materializer:
         problems = []
         with self.store.reading() as conn:
             for projection in self.projections:
-                if _checkpoint(conn, projection) != head:
+                if self._position(conn, projection) != head:
                     problems.append(f"projection {projection.name}: behind the log")
                     continue
+                # A read-only store's caught-up rows are its temp shadow: kept aside, and the
+                # shadow made again by the next catch-up.
+                shadowed = self._folded.pop(projection.name, None) is not None
+                materialized = projection.snapshot(conn, "temp" if shadowed else "main")
+                if shadowed:
+                    for table in projection.tables:
+                        conn.execute(f"DROP TABLE temp.{table}")
                 try:
                     projection.create(conn, "temp")
                     for start in range(0, head, BATCH):
                         end = min(head, start + BATCH)
                         projection.apply(conn, records_between(conn, start, end, projection.types))
-                    if projection.snapshot(conn, "temp") != projection.snapshot(conn, "main"):
+                    if projection.snapshot(conn, "temp") != materialized:
                         problems.append(
                             f"projection {projection.name}: rows differ from a fresh rebuild; "
                             "run `turnlog rebuild`"
@@ -234,6 +336,20 @@ def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: 
         "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
         (projection.name, projection.version, position),
     )
+
+
+def _stored_checkpoint(conn: sqlite3.Connection, projection: Projection) -> int | None:
+    """The position the file's rows of a projection have applied, or None when they cannot be used
+    (tables missing, or written by another version of the projection)."""
+    names = {row[0] for row in conn.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    if "projection_checkpoints" not in names or not set(projection.tables) <= names:
+        return None
+    row = conn.execute(
+        "SELECT version, position FROM main.projection_checkpoints WHERE name = ?", (projection.name,)
+    ).fetchone()
+    if row is None or row[0] != projection.version:
+        return None
+    return int(row[1])
 
 
 def _checkpoint(conn: sqlite3.Connection, projection: Projection) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
 from projections.artifacts import ArtifactsProjection
 from projections.context_index import ContextIndex
@@ -10,9 +11,10 @@ from projections.ledger import Ledger
 from projections.materialize import Materializer, Projection
 from projections.sessions import SessionsProjection
 from projections.todos import TodosProjection
-from store import SQLiteStore
+from store import RecordedEvent, SQLiteStore
 
 _MATERIALIZERS: weakref.WeakKeyDictionary[SQLiteStore, Materializer] = weakref.WeakKeyDictionary()
+_KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
 def all_projections() -> list[Projection]:
@@ -27,3 +29,20 @@ def materializer(store: SQLiteStore) -> Materializer:
         found = Materializer(store, all_projections())
         _MATERIALIZERS[store] = found
     return found
+
+
+def keep_caught_up(store: SQLiteStore) -> None:
+    """Make every append to ``store`` advance its token counts and materialized projections right
+    after the append commits, so readers (which never write) rarely have anything to fold.
+    Idempotent; nothing to do for a read-only store."""
+    if store.readonly or store in _KEPT:
+        return
+    ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
+
+    def advance(records: Sequence[RecordedEvent]) -> None:
+        kept = ref()
+        if kept is not None:
+            materializer(kept).catch_up(appended=records)
+
+    store.on_append(advance)
+    _KEPT.add(store)

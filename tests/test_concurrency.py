@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from store import MessageAppended, SessionStarted, SQLiteStore, ToolReturned
+from store import MessageAppended, SessionStarted, SQLiteStore, StoreError, ToolReturned
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPENDER = Path(__file__).resolve().parent / "helpers" / "appender.py"
@@ -327,3 +327,74 @@ def test_open_of_a_new_store_waits_for_another_writer(tmp_path: Path, procs: Pro
     with SQLiteStore.open(db_path) as db:
         assert db.head_version("late") == 1
         assert db.verify().ok
+
+
+# --- reads next to a writer -----------------------------------------------------------------------------
+
+TURNLOG = Path(sys.executable).parent / "turnlog"
+
+_HOLDER = """
+import sys
+from store import MessageAppended, SQLiteStore
+store = SQLiteStore.open(sys.argv[1])
+with store.atomic() as conn:
+    conn.execute("SELECT count(*) FROM events").fetchone()
+    print("holding", flush=True)
+    sys.stdin.readline()  # the write lock is held until the test says so
+print("released", flush=True)
+"""
+
+
+def test_reads_do_not_wait_for_a_writer_holding_the_write_lock(tmp_path: Path) -> None:
+    """Every read command finishes while another process holds ``BEGIN IMMEDIATE``: proven by order
+    (the holder only lets go when told, after the reads, and a writer is still refused then), not by
+    timing. Before, a read waited out its 30 s busy timeout and failed."""
+    db_path = tmp_path / "t.db"
+    with SQLiteStore.open(db_path) as db:
+        db.append("s", [SessionStarted(title="t"), MessageAppended(role="user", content="hello")])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(db_path)],
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "holding\n"
+        for args in (["sessions"], ["log", "s"], ["context", "s", "--budget", "500"], ["verify"], ["audit"]):
+            done = subprocess.run(
+                [str(TURNLOG), "--db", str(db_path), *args], capture_output=True, text=True, timeout=120
+            )
+            assert (args, done.returncode, done.stderr) == (args, 0, "")
+            assert holder.poll() is None  # still holding the lock
+        with pytest.raises(StoreError, match="busy"), SQLiteStore.open(db_path, busy_timeout=0.2) as late:
+            late.append("s", [MessageAppended(role="user", content="blocked")])
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "released\n"
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_the_wal_shrinks_once_a_long_reader_lets_go(tmp_path: Path) -> None:
+    """A reader holding an old snapshot keeps checkpoints from reaching the end of the -wal, so it
+    grows; at the first commit after the reader lets go, the writer checkpoints and truncates it."""
+    db_path = tmp_path / "t.db"
+    wal = tmp_path / "t.db-wal"
+    limit = 256 * 1024
+    with SQLiteStore.open(db_path) as writer, SQLiteStore.open(db_path, readonly=True) as reader:
+        writer.wal_size_limit = limit
+        writer.append("s", [SessionStarted(title="t")])
+        with reader.reading() as conn:
+            conn.execute("SELECT count(*) FROM events").fetchone()  # holds this snapshot
+            for i in range(40):
+                writer.append("s", [MessageAppended(role="user", content=f"{i} " + "words " * 2000)])
+            assert wal.stat().st_size > 2 * limit
+        writer.append("s", [MessageAppended(role="user", content="after the reader")])
+        assert wal.stat().st_size <= limit
+        assert writer.head_version("s") == 42

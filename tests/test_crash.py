@@ -14,9 +14,11 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from collections import defaultdict
@@ -35,6 +37,7 @@ from store import (
     MessageAppended,
     RecordedEvent,
     SQLiteStore,
+    StoreError,
     ToolReturned,
     load_tokenizer,
 )
@@ -295,3 +298,67 @@ def test_sigkill_during_token_catch_up(
     with SQLiteStore.open(db_path) as db:
         stored, counted = _check_store(db, acked)
     print(f"killed after {len(acked)} acknowledged batches; {counted} of {stored} events were counted")
+
+
+# --- a failed init leaves nothing behind ----------------------------------------------------------------
+
+TURNLOG = Path(sys.executable).parent / "turnlog"
+
+
+def test_a_failed_init_leaves_no_file(tmp_path: Path) -> None:
+    """An init that fails (an unknown tokenizer, or a failure after the file was made) leaves no
+    file, -wal or -shm that a later command could take for a store."""
+    path = tmp_path / "t.db"
+    done = subprocess.run(
+        [str(TURNLOG), "--db", str(path), "init", "--tokenizer", "no_such_encoding"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "unknown tokenizer" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    later = subprocess.run(
+        [str(TURNLOG), "--db", str(path), "sessions"], capture_output=True, text=True, timeout=120
+    )
+    assert later.returncode == 1 and "no turnlog store" in later.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_creation_that_fails_midway_removes_what_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.db"
+
+    def failing(*args: Any) -> str:
+        raise StoreError("the disk is full")
+
+    monkeypatch.setattr("store.sqlite._migrate", failing)
+    with pytest.raises(StoreError, match="disk is full"):
+        SQLiteStore.open(path)
+    assert list(tmp_path.iterdir()) == []
+    # An existing store is never removed by a failed open.
+    monkeypatch.undo()
+    SQLiteStore.open(path).close()
+    monkeypatch.setattr("store.sqlite._migrate", failing)
+    with pytest.raises(StoreError, match="disk is full"):
+        SQLiteStore.open(path)
+    assert path.exists()
+
+
+def test_init_in_a_folder_it_may_not_write_leaves_nothing(tmp_path: Path) -> None:
+    # Root ignores file modes: then the command runs as nobody.
+    nobody = (
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if os.geteuid() == 0 else []
+    )
+    folder = Path(tempfile.mkdtemp(prefix="turnlog-init-"))
+    try:
+        folder.chmod(0o555)
+        done = subprocess.run(
+            [*nobody, str(TURNLOG), "--db", str(folder / "t.db"), "init"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1 and "cannot create" in done.stderr and "Traceback" not in done.stderr
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from projections.registry import keep_caught_up
 from store import *  # noqa: F403 - the facade re-exports the store's public names
 from store import __all__ as _store_all
 from store.sqlite import SQLiteStore, Synchronous, TokenCounting
@@ -33,15 +34,24 @@ def open_store(
     create: bool = True,
     synchronous: Synchronous = "FULL",
     token_counting: TokenCounting = "deferred",
+    readonly: bool = False,
 ) -> SQLiteStore:
-    """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`."""
-    return SQLiteStore.open(
+    """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`.
+
+    Every append to the store returned then advances its token counts and materialized projections
+    right after it commits, so reads find them caught up. ``readonly=True`` opens an existing store
+    for reading only: it never writes to the file and never waits for a writer; what writers have
+    not materialized yet is folded in memory for its reads."""
+    store = SQLiteStore.open(
         path,
         tokenizer=tokenizer,
         create=create,
         synchronous=synchronous,
         token_counting=token_counting,
+        readonly=readonly,
     )
+    keep_caught_up(store)
+    return store
 
 
 __all__ = [

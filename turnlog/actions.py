@@ -1,10 +1,12 @@
 """Writes that operators and agents make besides appending raw events: pinning, unpinning, and
-replacing the todo list. Each validates its input, then appends one event."""
+replacing the todo list. Each validates its input, then appends one event, and leaves the store's
+materialized projections caught up."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from projections.registry import keep_caught_up
 from projections.todos import TodoInput, build_todo_list
 from store import (
     NO_SESSION,
@@ -24,6 +26,7 @@ def pin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | Non
     """Pin a message (by event id or unique prefix) so every projection keeps it, whole."""
     store.require_session(session_id)
     target = _message(store, session_id, ref)
+    keep_caught_up(store)
     [recorded] = store.append(session_id, [MessagePinned(target_event_id=target.event_id, reason=reason)])
     return recorded
 
@@ -32,13 +35,16 @@ def unpin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | N
     """Lift a pin (by event id or unique prefix)."""
     store.require_session(session_id)
     target = _message(store, session_id, ref)
+    keep_caught_up(store)
     [recorded] = store.append(session_id, [MessageUnpinned(target_event_id=target.event_id, reason=reason)])
     return recorded
 
 
 def write_todos(store: SQLiteStore, session_id: str, items: Sequence[TodoInput]) -> RecordedEvent:
     """Replace the session's todo list (built and checked by the one todo-list builder)."""
-    [recorded] = store.append(session_id, [build_todo_list(items)])
+    todo_list = build_todo_list(items)
+    keep_caught_up(store)
+    [recorded] = store.append(session_id, [todo_list])
     return recorded
 
 
@@ -62,6 +68,7 @@ def fork_session(
         model=model,
         parent=ForkPoint(session_id=session_id, version=at_version),
     )
+    keep_caught_up(store)
     [recorded] = store.append(into, [started], expected_version=NO_SESSION)
     return recorded
 

@@ -30,6 +30,7 @@ from store import (
     StoreError,
     parse_events_json,
 )
+from turnlog import open_store
 from turnlog.actions import fork_session, pin_message, unpin_message, write_todos
 from turnlog.checks import verify_all
 from turnlog.importers import IMPORT_FORMATS, import_file
@@ -109,7 +110,13 @@ class _Context:
         self.db = db
 
     def open(self, *, create: bool = False, tokenizer: str | None = None) -> SQLiteStore:
-        return SQLiteStore.open(self.db, create=create, tokenizer=tokenizer)
+        """The store, for a command that writes (it leaves the projections caught up)."""
+        return open_store(self.db, create=create, tokenizer=tokenizer)
+
+    def read(self) -> SQLiteStore:
+        """The store, read-only, for a command that only reads: it never writes to the file and
+        never waits for a writer."""
+        return open_store(self.db, create=False, readonly=True)
 
     def __repr__(self) -> str:
         return f"_Context({self.db!r})"
@@ -135,6 +142,16 @@ def cli(ctx: click.Context, db: str) -> None:
     Every message, tool call and return, todo update, artifact and token usage of an agent session is
     appended to an immutable, hash-chained log; everything else is a projection of it.
     """
+    if db == ":memory:" or db.startswith("file:"):
+        # A memory database would acknowledge appends that are gone when the command ends; a URI's
+        # parameters could override how turnlog opens the file (read-only, locking).
+        raise click.BadParameter(
+            f"{db!r} is not a file path: --db takes the path of the store's file (a file whose name "
+            "starts with 'file:' can be given as ./file:NAME)"
+            if db.startswith("file:")
+            else "':memory:' would lose every append when the command ends: give the path of a file",
+            param_hint="--db",
+        )
     ctx.obj = _Context(db)
 
 
@@ -243,7 +260,7 @@ def log(
     Example:
       turnlog log my-session --from-version 10
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         store.require_session(session)
         store.catch_up_tokens()
         records = store.read_session(session, from_version=from_version, to_version=to_version)
@@ -275,7 +292,7 @@ def sessions(ctx: _Context, at: int | None, as_json: bool) -> None:
     Example:
       turnlog sessions --json
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         infos = list_sessions(store, at=at)
     if as_json:
         emit([dataclasses.asdict(i) for i in infos], as_json=True)
@@ -309,7 +326,7 @@ def verify(ctx: _Context, quick: bool, as_json: bool) -> None:
 
     Exits 1 and lists every finding, with its position, when anything is wrong.
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         report = verify_all(store, quick=quick)
     data = {
         "ok": report.ok,
@@ -449,7 +466,7 @@ def context(
         format=fmt,
         cap_open_run=cap_open_run,
     )
-    with ctx.open() as store:
+    with ctx.open() if record else ctx.read() as store:
         built = build_context(store, session, policy, at=at, record=record)
     if fmt == "text" and not as_json:
         echo(built.rendered)
@@ -493,7 +510,7 @@ def artifacts(ctx: _Context, session: str, at: int | None, as_json: bool) -> Non
     Example:
       turnlog artifacts chat-1
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         found = list_artifacts(store, session, at=at)
     if as_json:
         emit([dataclasses.asdict(a) for a in found], as_json=True)
@@ -530,7 +547,7 @@ def artifact(
     Example:
       turnlog artifact 3f9a1c2b7d4e --offset 200 --limit 100
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         page = read_artifact(store, artifact_id, offset=offset, limit=limit, max_tokens=max_tokens)
     emit(dataclasses.asdict(page), as_json=as_json, text=page.render())
 
@@ -548,7 +565,7 @@ def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: 
     Example:
       turnlog index chat-1
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         text = artifact_index(store, session, at=at, max_chars=max_chars)
     emit({"index": text}, as_json=as_json, text=text)
 
@@ -589,7 +606,7 @@ def todos(ctx: _Context, session: str, at: int | None, history: bool, source: An
             current = current_todos(store, session)
         emit([i.model_dump() for i in current], as_json=as_json, text=render_checklist(current))
         return
-    with ctx.open() as store:
+    with ctx.read() as store:
         if history:
             snapshots = todo_history(store, session, at=at)
             data = [
@@ -631,7 +648,7 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
       turnlog audit chat-1 --by category
     """
     table_of_prices = load_prices(prices)
-    with ctx.open() as store:
+    with ctx.read() as store:
         report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
     rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
     rows[-1]["key"] = "TOTAL"

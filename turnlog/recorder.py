@@ -30,6 +30,7 @@ from typing import Any, Literal, Self, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from projections.context import BuiltContext, ContextPolicy, build_context
+from projections.registry import keep_caught_up
 from projections.todos import TodoInput, build_todo_list
 from store import (
     NO_SESSION,
@@ -80,7 +81,8 @@ class SessionRecorder:
         owns_store: bool = False,
     ) -> None:
         self.store = store
-        """The store appended to."""
+        """The store appended to (each append leaves its projections caught up)."""
+        keep_caught_up(store)
         self.session_id = session_id
         """The session recorded."""
         self.model = model

@@ -126,7 +126,7 @@ def compact_(
     options = CompactionOptions(
         trigger=trigger, keep_last=keep_last, summary_tokens=summary_tokens, allow_open_run=during_run
     )
-    with ctx.open() as store:
+    with ctx.read() if dry_run else ctx.open() as store:
         result = compact(store, session, policy, chosen, options=options, dry_run=dry_run)
     steps = [
         {
@@ -206,7 +206,7 @@ def summaries_(ctx: _Context, session: str, at: int | None, as_json: bool) -> No
     Example:
       turnlog summaries chat-1
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         found = list_summaries(store, session, at=at)
     if as_json:
         emit([dict(dataclasses.asdict(s), saved_tokens=s.saved_tokens) for s in found], as_json=True)

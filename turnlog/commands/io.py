@@ -43,7 +43,7 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
       turnlog export chat-1 --format anthropic
       turnlog --db other.db import chat-1.jsonl --format jsonl
     """
-    with ctx.open() as store:
+    with ctx.read() as store:
         if output == "-":
             echo_json_chunks(export_sessions(store, sessions, fmt))
             return

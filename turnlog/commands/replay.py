@@ -56,7 +56,7 @@ def replay(
       turnlog replay chat-1 --call 3 --json
     """
     policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text")
-    with ctx.open() as store:
+    with ctx.read() as store:
         calls = replay_calls(store, session, policy, at=at)
     if show_call is not None:
         chosen = next((c for c in calls if c.number == show_call), None)
