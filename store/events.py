@@ -4,15 +4,12 @@ place where stored payloads of older schema versions are upcast to the current o
 from __future__ import annotations
 
 import json
-import os
-import random
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     TypeAdapter,
@@ -21,6 +18,14 @@ from pydantic import (
 )
 
 from store.errors import InvalidEventError
+from store.event_base import EventModel, Identifier, Sha256, ValueModel
+from store.event_base import new_event_id as new_event_id  # re-exported: its public home stays here
+
+# Re-exported: every event model can be imported from store.events.
+from store.events_loop import MessageRemoved as MessageRemoved
+from store.events_loop import Origin as Origin
+from store.events_loop import SessionRewound as SessionRewound
+from store.events_loop import StateRecorded as StateRecorded
 from store.limits import (
     MAX_MANIFEST_ENTRIES,
     MAX_SIZE,
@@ -33,48 +38,10 @@ from store.limits import (
     shallow,
 )
 
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
-"""An id chosen by a caller or a provider: 1 to 200 characters, no whitespace."""
-
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-"""A lowercase hex sha256 digest: the id of a content blob."""
-
-
-_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-# Ids need uniqueness, not secrecy: 122 bits from a generator seeded by the OS (and seeded anew in
-# a forked child, which would otherwise repeat its parent's ids) cost a fifth of a urandom call.
-_ids = random.Random(os.urandom(32))
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
-
-
-def new_event_id() -> str:
-    """A fresh random event id: a version 4 UUID in hex, like ``uuid.uuid4().hex``. Keep the event
-    object (or its id) to retry an append idempotently."""
-    return f"{_ids.getrandbits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
-
-
-class _Model(BaseModel):
-    # allow_inf_nan=False: JSON cannot hold inf or nan, and they would silently be stored as null.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-
-class _Event(_Model):
-    # event_id is generated when the object is made, not when it is stored, so re-sending the same
-    # object after a lost acknowledgement is an idempotent retry. Stored rows always carry their id.
-    event_id: Identifier = Field(default_factory=new_event_id)
-    """Unique id of this event in the whole store; a batch re-sent with the same ids is stored once."""
-
-    def token_texts(self) -> tuple[str, ...]:
-        """The texts whose tokens this event adds to the conversation (counted once, when stored)."""
-        return ()
-
-
 # --- value objects ---------------------------------------------------------------------------
 
 
-class ForkPoint(_Model):
+class ForkPoint(ValueModel):
     """Where a forked session branches off its parent."""
 
     session_id: Identifier
@@ -83,14 +50,14 @@ class ForkPoint(_Model):
     """The last version of the parent that the child shares."""
 
 
-class Pin(_Model):
+class Pin(ValueModel):
     """Marks a message as one that every projection keeps, whole."""
 
     reason: str | None = None
     """Why it must stay in the context (shown to operators, never to the model)."""
 
 
-class ToolCall(_Model):
+class ToolCall(ValueModel):
     """One tool call requested by an assistant message."""
 
     id: Identifier
@@ -101,7 +68,7 @@ class ToolCall(_Model):
     """The arguments exactly as the model produced them (usually JSON text, kept verbatim)."""
 
 
-class TodoItem(_Model):
+class TodoItem(ValueModel):
     """One entry of a todo list."""
 
     id: Identifier
@@ -115,7 +82,7 @@ class TodoItem(_Model):
 # --- events ----------------------------------------------------------------------------------
 
 
-class SessionStarted(_Event):
+class SessionStarted(EventModel):
     """A session begins; it is always the session's first event when present."""
 
     type: Literal["session_started"] = "session_started"
@@ -134,7 +101,7 @@ class SessionStarted(_Event):
     """For a fork: the parent session and the last version of it this session shares."""
 
 
-class MessageAppended(_Event):
+class MessageAppended(EventModel):
     """A system, user or assistant message."""
 
     type: Literal["message_appended"] = "message_appended"
@@ -151,6 +118,8 @@ class MessageAppended(_Event):
     """Tool calls requested by an assistant message."""
     pinned: Pin | None = None
     """Set when the message is pinned from the start (see also ``message_pinned``)."""
+    origin: Origin | None = None
+    """The framework item this message was mapped from, verbatim (absent on older rows)."""
 
     @model_validator(mode="after")
     def _check_tool_calls(self) -> MessageAppended:
@@ -171,7 +140,7 @@ class MessageAppended(_Event):
         return tuple(texts)
 
 
-class ToolReturned(_Event):
+class ToolReturned(EventModel):
     """The result of one tool call."""
 
     type: Literal["tool_returned"] = "tool_returned"
@@ -188,12 +157,14 @@ class ToolReturned(_Event):
     """True when the tool failed and ``content`` is its error."""
     artifact_id: Sha256 | None = None
     """Set by the store when the output is larger than the inline limit and is kept as an artifact."""
+    origin: Origin | None = None
+    """The framework item this result was mapped from, verbatim (absent on older rows)."""
 
     def token_texts(self) -> tuple[str, ...]:
         return (self.content, self.tool_call_id)
 
 
-class TodosUpdated(_Event):
+class TodosUpdated(EventModel):
     """The whole todo list, as it is after this update."""
 
     type: Literal["todos_updated"] = "todos_updated"
@@ -211,7 +182,7 @@ class TodosUpdated(_Event):
         return self
 
 
-class ArtifactWritten(_Event):
+class ArtifactWritten(EventModel):
     """A file or document produced in the session, stored once by content."""
 
     type: Literal["artifact_written"] = "artifact_written"
@@ -235,7 +206,7 @@ class ArtifactWritten(_Event):
         return (self.content,)
 
 
-class UsageRecorded(_Event):
+class UsageRecorded(EventModel):
     """Token usage of one model call, as the provider reported it."""
 
     type: Literal["usage_recorded"] = "usage_recorded"
@@ -260,7 +231,7 @@ class UsageRecorded(_Event):
     """The provider's response id."""
 
 
-class RunStarted(_Event):
+class RunStarted(EventModel):
     """An agent run (one user turn, usually several model calls) begins."""
 
     type: Literal["run_started"] = "run_started"
@@ -271,7 +242,7 @@ class RunStarted(_Event):
     """Id of the run."""
 
 
-class RunFinished(_Event):
+class RunFinished(EventModel):
     """An agent run ends."""
 
     type: Literal["run_finished"] = "run_finished"
@@ -284,7 +255,7 @@ class RunFinished(_Event):
     """How it ended."""
 
 
-class MessagePinned(_Event):
+class MessagePinned(EventModel):
     """A message is pinned: every projection keeps it, whole."""
 
     type: Literal["message_pinned"] = "message_pinned"
@@ -297,7 +268,7 @@ class MessagePinned(_Event):
     """Why it must stay."""
 
 
-class MessageUnpinned(_Event):
+class MessageUnpinned(EventModel):
     """A pin is lifted."""
 
     type: Literal["message_unpinned"] = "message_unpinned"
@@ -310,7 +281,7 @@ class MessageUnpinned(_Event):
     """Why it may go."""
 
 
-class ManifestEntry(_Model):
+class ManifestEntry(ValueModel):
     """One message of a built context, and where it came from."""
 
     event_ids: tuple[str, ...]
@@ -325,7 +296,7 @@ class ManifestEntry(_Model):
     """Its tokens, including the chat format's per-message overhead."""
 
 
-class ContextBuilt(_Event):
+class ContextBuilt(EventModel):
     """A record of exactly what a context builder sent to the model for one call."""
 
     type: Literal["context_built"] = "context_built"
@@ -354,7 +325,7 @@ class ContextBuilt(_Event):
     """The model it was built for, if known."""
 
 
-class SummarizerInfo(_Model):
+class SummarizerInfo(ValueModel):
     """Who wrote a summary."""
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -365,7 +336,7 @@ class SummarizerInfo(_Model):
     """Version of its prompt or rules: part of the reuse key."""
 
 
-class SummarizerUsage(_Model):
+class SummarizerUsage(ValueModel):
     """Tokens the summarizer itself was billed."""
 
     input_tokens: NonNegative = 0
@@ -374,7 +345,7 @@ class SummarizerUsage(_Model):
     """Completion tokens."""
 
 
-class SummaryRecorded(_Event):
+class SummaryRecorded(EventModel):
     """A summary of a range of the session. The events it covers stay in the log; contexts built
     from this position on show the summary in their place."""
 
@@ -435,14 +406,17 @@ Event: TypeAlias = Annotated[
     | MessagePinned
     | MessageUnpinned
     | ContextBuilt
-    | SummaryRecorded,
+    | SummaryRecorded
+    | SessionRewound
+    | MessageRemoved
+    | StateRecorded,
     Field(discriminator="type"),
 ]
 """Any event of the log."""
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
-EVENT_CLASSES: dict[str, type[_Event]] = {
+EVENT_CLASSES: dict[str, type[EventModel]] = {
     cls.model_fields["type"].default: cls
     for cls in (
         SessionStarted,
@@ -457,6 +431,9 @@ EVENT_CLASSES: dict[str, type[_Event]] = {
         MessageUnpinned,
         ContextBuilt,
         SummaryRecorded,
+        SessionRewound,
+        MessageRemoved,
+        StateRecorded,
     )
 }
 """Event type name -> model class."""
@@ -564,7 +541,7 @@ def load_stored(event_type: str, schema_version: int, event_id: str, payload: di
     return EVENT_ADAPTER.validate_python(body)
 
 
-def dump_payload(event: _Event) -> dict[str, Any]:
+def dump_payload(event: EventModel) -> dict[str, Any]:
     """The stored payload of an event: its fields minus the envelope columns and unset optionals."""
     return event.model_dump(mode="json", exclude=set(ENVELOPE_FIELDS), exclude_none=True)
 

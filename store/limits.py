@@ -25,6 +25,9 @@ MAX_SIZE = 2**40
 MAX_MANIFEST_ENTRIES = 2**20
 """The most entries one context manifest may list (their token sum stays far below 2^63)."""
 
+MAX_REMOVED_TARGETS = 1000
+"""The most messages one ``message_removed`` event may name."""
+
 MAX_JSON_DEPTH = 128
 """The deepest nesting of lists and objects a JSON-valued field may hold: deeper JSON could not be
 read back (pydantic-core's JSON parser stops at about 200 levels, Python's json at the stack)."""

@@ -54,6 +54,7 @@ from store.events import (
     ToolReturned,
     parse_event,
 )
+from store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
 from store.readonly import (
     check_store_file,
     connect_readonly,
@@ -499,7 +500,11 @@ class SQLiteStore(EventStore):
         return records
 
     def _prepare(self, event: Any, index: int) -> _Prepared:
-        if event.__class__ is MessageAppended and len(event.content) <= MAX_CONTENT_BYTES // 4:
+        if (
+            event.__class__ is MessageAppended
+            and len(event.content) <= MAX_CONTENT_BYTES // 4
+            and event.origin is None  # an origin's item may hold dicts: the general path checks them
+        ):
             # The common case, kept short: a message has no dict-valued field, needs no blob, and
             # is within the size limit at 4 bytes a character. Text the serializer refuses takes
             # the general path below, which names the problem.
@@ -519,6 +524,8 @@ class SQLiteStore(EventStore):
         for name, value in event.__dict__.items():
             if value.__class__ is dict:
                 _check_unicode(value, f"{where} ({event.type}): {name}")
+            elif value.__class__ is Origin:
+                _check_unicode(value.item, f"{where} ({event.type}): {name}.item")
         try:
             return self._prepare_checked(event, where)
         except (UnicodeEncodeError, PydanticSerializationError):
@@ -564,6 +571,8 @@ class SQLiteStore(EventStore):
                 blob = (digest, len(data), *_encode_blob(data))
             elif event.artifact_id is not None:
                 raise InvalidEventError(f"{where} (tool_returned): artifact_id is set by the store; omit it")
+        elif isinstance(event, StateRecorded):
+            content, blob, updates = _state_blob(event, where)
         elif isinstance(event, SummaryRecorded):
             counted = self.tokenizer.count(event.context_text())
             if event.tokens != counted:
@@ -671,7 +680,8 @@ class SQLiteStore(EventStore):
         *,
         new_session: bool,
     ) -> None:
-        batch_messages = set()
+        batch_messages: set[str] = set()
+        batch_removable: set[str] = set()
         for offset, item in enumerate(prepared, 1):
             event = item.event
             version = head + offset
@@ -685,8 +695,18 @@ class SQLiteStore(EventStore):
                     f"summary_recorded at version {version} covers versions "
                     f"{event.first_version}-{event.last_version}: a summary can only cover earlier events"
                 )
+            if isinstance(event, SessionRewound) and event.to_version >= version:
+                raise InvalidEventError(
+                    f"session_rewound at version {version} rewinds to version {event.to_version}: "
+                    f"a rewind goes back to an earlier version (0 to {version - 1}); "
+                    f"`turnlog log {session_id}` shows the versions"
+                )
             if isinstance(event, MessageAppended):
                 batch_messages.add(event.event_id)
+            elif isinstance(event, ToolReturned):
+                batch_removable.add(event.event_id)
+            elif isinstance(event, MessageRemoved):
+                self._check_removal(conn, session_id, event, batch_messages | batch_removable)
             elif isinstance(event, (MessagePinned, MessageUnpinned)):
                 target = event.target_event_id
                 if target in batch_messages:
@@ -703,6 +723,29 @@ class SQLiteStore(EventStore):
                         f"{event.type}: no message with event id {target!r} in session "
                         f"{session_id!r}; `turnlog log {session_id}` shows the event ids"
                     )
+
+    def _check_removal(
+        self, conn: sqlite3.Connection, session_id: str, event: MessageRemoved, in_batch: set[str]
+    ) -> None:
+        """Every target is a message or tool return of this session (a fork's parent prefix
+        included) stored before the removal: a removal cannot reach into another session."""
+        lineage = _lineage(conn, session_id, self._lineages)
+        for target in event.target_event_ids:
+            if target in in_batch:
+                continue
+            row = conn.execute(
+                "SELECT session_id, version, type FROM events WHERE event_id = ?", (target,)
+            ).fetchone()
+            ok = (
+                row is not None
+                and row[2] in ("message_appended", "tool_returned")
+                and any(sid == row[0] and lo <= row[1] <= hi for sid, lo, hi in lineage)
+            )
+            if not ok:
+                raise InvalidEventError(
+                    f"message_removed: no message or tool return with event id {target!r} in session "
+                    f"{session_id!r}; `turnlog log {session_id}` shows the event ids"
+                )
 
     # --- token counting ------------------------------------------------------------------------
 
@@ -1248,6 +1291,29 @@ def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
 
 
 _TYPE_PARTS: dict[tuple[str, int], str] = {}
+
+
+def _state_blob(event: StateRecorded, where: str) -> tuple[str, tuple[str, int, str, bytes], dict[str, Any]]:
+    """A state snapshot's content goes to a content-addressed blob, like an artifact's: a big
+    checkpoint written again is stored once. Returns the content, the blob row and the filled fields."""
+    data = event.content.encode("utf-8")
+    if len(data) > MAX_CONTENT_BYTES:
+        raise InvalidEventError(
+            f"{where} (state_recorded): content is {len(data):,} bytes; the limit is "
+            f"{MAX_CONTENT_BYTES:,} bytes per event; split the state or store a reference"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if event.state_id not in (None, digest):
+        raise InvalidEventError(
+            f"{where} (state_recorded): state_id {event.state_id} is not the sha256 of the content; "
+            "omit it and the store fills it in"
+        )
+    if event.size not in (None, len(data)):
+        raise InvalidEventError(
+            f"{where} (state_recorded): size {event.size} does not match the content's {len(data)} "
+            "bytes; omit it and the store fills it in"
+        )
+    return event.content, (digest, len(data), *_encode_blob(data)), {"state_id": digest, "size": len(data)}
 
 
 def _type_part(event: Event) -> str:

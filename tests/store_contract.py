@@ -33,12 +33,15 @@ from store import (
     ManifestEntry,
     MessageAppended,
     MessagePinned,
+    MessageRemoved,
     MessageUnpinned,
     Pin,
     RecordedEvent,
     RunFinished,
     RunStarted,
+    SessionRewound,
     SessionStarted,
+    StateRecorded,
     SummarizerInfo,
     SummarizerUsage,
     SummaryRecorded,
@@ -192,6 +195,16 @@ EVENT_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "run_finished": st.builds(
         RunFinished, run_id=identifiers, status=st.sampled_from(["completed", "failed", "cancelled"])
     ),
+    "state_recorded": st.builds(
+        StateRecorded,
+        framework=names,
+        namespace=st.text(max_size=10),
+        key=st.text(min_size=1, max_size=20),
+        parent_key=st.none() | st.text(min_size=1, max_size=20),
+        media_type=st.sampled_from(["application/json", "application/octet-stream"]),
+        content=contents,
+        metadata=st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+    ),
 }
 """A strategy for each event type that needs no other event (pins are built by session_events)."""
 
@@ -243,7 +256,7 @@ def summaries(draw: st.DrawFn, before_version: int) -> SummaryRecorded:
     )
 
 
-DEPENDENT_TYPES = {*PIN_TYPES, "summary_recorded"}
+DEPENDENT_TYPES = {*PIN_TYPES, "summary_recorded", "session_rewound", "message_removed"}
 """Types that refer to earlier events of their session, built by session_events."""
 
 
@@ -261,6 +274,18 @@ def session_events(draw: st.DrawFn, max_size: int = 8) -> list[Any]:
                 events.append(draw(messages()))
                 continue
             events.append(draw(summaries(before_version=len(events) + 1)))
+        elif name == "session_rewound":
+            to = draw(st.integers(0, len(events)))
+            events.append(
+                SessionRewound(to_version=to, reason=draw(st.sampled_from(["pop", "clear", "rewind"])))
+            )
+        elif name == "message_removed":
+            targets = [e for e in events if isinstance(e, (MessageAppended, ToolReturned))]
+            if not targets:
+                events.append(draw(messages()))
+                continue
+            chosen = draw(st.lists(st.sampled_from(targets), min_size=1, max_size=3, unique=True))
+            events.append(MessageRemoved(target_event_ids=tuple(e.event_id for e in chosen)))
         elif name in PIN_TYPES:
             targets = [e for e in events if isinstance(e, MessageAppended)]
             if not targets:
@@ -312,6 +337,16 @@ def example_events() -> list[Any]:
             ),
         ),
         summary(2, 3, "The user greeted; the rules were set.", usage=SummarizerUsage(input_tokens=50)),
+        StateRecorded(
+            framework="langgraph",
+            namespace="",
+            key="ckpt-1",
+            media_type="application/json",
+            content='{"v": 1, "channel_values": {"messages": ["é"]}}' * 40,
+            metadata={"step": 1, "writes": None},
+        ),
+        MessageRemoved(target_event_ids=(message.event_id,), reason="RemoveMessage", source="langgraph"),
+        SessionRewound(to_version=3, reason="pop", source="openai-agents"),
     ]
 
 
@@ -338,6 +373,9 @@ def as_stored(event: Any, tokenizer: str) -> Any:
         updates["artifact_id"] = sha256(event.content)
     elif isinstance(event, ArtifactWritten):
         updates["artifact_id"] = sha256(event.content)
+        updates["size"] = len(event.content.encode("utf-8"))
+    elif isinstance(event, StateRecorded):
+        updates["state_id"] = sha256(event.content)
         updates["size"] = len(event.content.encode("utf-8"))
     return event.model_copy(update=updates) if updates else event
 

@@ -33,6 +33,7 @@ from store import (
     TodoItem,
     ToolCall,
     ToolReturned,
+    events_loop,
     limits,
     parse_event,
 )
@@ -44,10 +45,11 @@ FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
 # Every model the events module defines, found rather than listed, so a new one cannot slip past.
 ALL_MODELS: tuple[type[BaseModel], ...] = tuple(
     cls
-    for cls in vars(events_module).values()
+    for module in (events_module, events_loop)
+    for cls in vars(module).values()
     if isinstance(cls, type)
     and issubclass(cls, BaseModel)
-    and cls.__module__ == events_module.__name__
+    and cls.__module__ == module.__name__
     and not cls.__name__.startswith("_")
 )
 
@@ -65,6 +67,7 @@ def _instances() -> list[BaseModel]:
         ManifestEntry(event_ids=("e",), role="tool", mode="capped", category="tool_output", tokens=3),
         SummarizerInfo(name="openai", model="gpt-4o-mini"),
         SummarizerUsage(input_tokens=1, output_tokens=2),
+        events_loop.Origin(framework="openai-agents", item={"type": "message", "content": [None]}),
     ]
     return [*example_events(), *values]
 
