@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from projections.artifacts import ArtifactsProjection
 from projections.context_index import ContextIndex
 from projections.ledger import Ledger
+from projections.live_index import LiveIndex
 from projections.materialize import Materializer, Projection
 from projections.sessions import SessionsProjection
 from projections.todos import TodosProjection
@@ -19,7 +20,14 @@ _KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 def all_projections() -> list[Projection]:
     """A fresh instance of every materialized projection."""
-    return [ContextIndex(), SessionsProjection(), Ledger(), ArtifactsProjection(), TodosProjection()]
+    return [
+        LiveIndex(),
+        ContextIndex(),
+        SessionsProjection(),
+        Ledger(),
+        ArtifactsProjection(),
+        TodosProjection(),
+    ]
 
 
 def materializer(store: SQLiteStore) -> Materializer:

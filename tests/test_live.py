@@ -156,3 +156,50 @@ def test_live_events_reads_a_session_and_a_fork(tmp_path: Any) -> None:
         s.append("child", [SessionRewound(to_version=2, reason="time_travel")])
         assert [r.version for r in live_events(s, "child")] == [1, 2]
         assert [r.version for r in live_events(s, "child", at_version=5)] == [1, 2, 3, 4, 5]
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=histories(), fork_at=st.integers(0, 30))
+def test_the_materialized_live_set_matches_the_fold(events: list[Any], fork_at: int) -> None:
+    """The live index (rows kept incrementally, a fork copying its parent's) gives the fold's live set
+    as of every version; removals naming events that are not messages are replaced (the store
+    refuses them)."""
+    from projections.live import COMPENSATING_TYPES
+    from projections.live_index import dead_ranges, is_dead
+    from projections.registry import keep_caught_up
+    from store import ForkPoint
+
+    removable = {e.event_id for e in events if isinstance(e, (MessageAppended, ToolReturned))}
+    events = [
+        e
+        if not isinstance(e, MessageRemoved) or set(e.target_event_ids) <= removable
+        else TodosUpdated(todos=())
+        for e in events
+    ]
+    with SQLiteStore.open(":memory:") as s:
+        keep_caught_up(s)
+        half = min(fork_at, len(events))
+        for event in events[:half]:
+            s.append("p", [event])
+        sessions = ["p"]
+        if half:
+            s.append("c", [SessionStarted(parent=ForkPoint(session_id="p", version=half))])
+            s.append("c", [MessageAppended(role="user", content="child")])
+            sessions.append("c")
+        for event in events[half:]:
+            s.append("p", [event])  # a parent's later rewinds must not reach its fork
+        for sid in sessions:
+            records = s.read_session(sid)
+            fold = LiveFold()
+            for record in records:
+                fold.apply(record.version, record.event)
+                with s.reading() as conn:
+                    ranges = dead_ranges(conn, sid, record.position)
+                seen = {
+                    r.version
+                    for r in records
+                    if r.version <= record.version
+                    and r.type not in COMPENSATING_TYPES
+                    and not is_dead(ranges, r.version)
+                }
+                assert seen == fold.live, (sid, record.version)

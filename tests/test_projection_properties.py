@@ -8,6 +8,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from projections.live import COMPENSATING_TYPES, LiveFold
+from projections.live_index import dead_ranges, is_dead
 from projections.registry import all_projections, materializer
 from store import (
     ArtifactWritten,
@@ -16,10 +18,12 @@ from store import (
     ManifestEntry,
     MessageAppended,
     MessagePinned,
+    MessageRemoved,
     MessageUnpinned,
     Pin,
     RunFinished,
     RunStarted,
+    SessionRewound,
     SessionStarted,
     SQLiteStore,
     TodoItem,
@@ -77,6 +81,8 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                         "pin",
                         "unpin",
                         "ctx",
+                        "rewind",
+                        "remove",
                     ]
                 )
             )
@@ -134,6 +140,15 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                 else:
                     batch.append(RunFinished(run_id=runs[sid]))
                     runs[sid] = None
+            elif kind == "rewind":
+                # Any earlier version of the session, a fork's parent prefix and 0 included.
+                to = draw(st.integers(0, heads[sid] + len(batch)))
+                batch.append(
+                    SessionRewound(to_version=to, reason=draw(st.sampled_from(["pop", "time_travel"])))
+                )
+            elif kind == "remove" and messages[sid]:
+                targets = draw(st.lists(st.sampled_from(messages[sid]), min_size=1, max_size=2, unique=True))
+                batch.append(MessageRemoved(target_event_ids=tuple(targets)))
             elif kind in ("pin", "unpin") and messages[sid]:
                 target = draw(st.sampled_from(messages[sid]))
                 cls = MessagePinned if kind == "pin" else MessageUnpinned
@@ -189,5 +204,26 @@ def test_incremental_equals_rebuild_equals_resume(
         assert m.differences() == []
         names = {p.name for p in all_projections()}
         assert set(incremental) == names
+        _check_live_index(store)
     finally:
         store.close()
+
+
+def _check_live_index(store: SQLiteStore) -> None:
+    """The materialized live set equals the fold's (projections.live) at every version of every
+    session, forks included."""
+    for info in store.sessions():
+        records = store.read_session(info.session_id)
+        fold = LiveFold()
+        for record in records:
+            fold.apply(record.version, record.event)
+            with store.reading() as conn:
+                ranges = dead_ranges(conn, info.session_id, record.position)
+            materialized = {
+                r.version
+                for r in records
+                if r.version <= record.version
+                and r.type not in COMPENSATING_TYPES
+                and not is_dead(ranges, r.version)
+            }
+            assert materialized == fold.live, (info.session_id, record.version)

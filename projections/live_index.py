@@ -1,0 +1,199 @@
+"""The live set, materialized: per session, the ranges of versions that a rewind or a removal made not
+live, each with the positions during which it holds. Readers of the other projections skip what is
+dead as of their position, so those projections keep their rows unchanged (money is never undone).
+
+A ``session_rewound`` at version R to T adds one range (T, R) and, to return to the state of T,
+revives the ranges that began after T's position and re-applies those that held then: the work is
+the rewind's few rows, never the session's length. A ``message_removed`` adds one range per target
+(and per tool return answering a removed assistant message). The rule is ``projections.live``'s;
+the tests check that both give the same live set at every version."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import ClassVar
+
+from projections.materialize import Projection, copy_rows, fork_of
+from store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
+
+Gap = tuple[int, int]
+"""A range of versions (first, last), both included."""
+
+
+class LiveIndex(Projection):
+    """The ranges of versions that are not live, and when."""
+
+    name: ClassVar[str] = "live"
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("live_gaps", "live_calls", "live_answers", "live_forks")
+    types: ClassVar[tuple[str, ...] | None] = (
+        "session_started",
+        "message_appended",
+        "tool_returned",
+        "session_rewound",
+        "message_removed",
+    )
+
+    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+        for statement in f"""
+            CREATE TABLE IF NOT EXISTS {schema}.live_gaps (
+                session_id TEXT NOT NULL,
+                first_version INTEGER NOT NULL,
+                last_version INTEGER NOT NULL,
+                dead_at INTEGER NOT NULL,        -- position from which the range is not live
+                alive_at INTEGER,                -- position from which it is live again, if any
+                PRIMARY KEY (session_id, dead_at, first_version, last_version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.live_calls (
+                session_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                version INTEGER NOT NULL,        -- an assistant message that made this call
+                PRIMARY KEY (session_id, call_id, version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.live_answers (
+                session_id TEXT NOT NULL,
+                call_version INTEGER NOT NULL,
+                return_version INTEGER NOT NULL,
+                PRIMARY KEY (session_id, call_version, return_version)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.live_forks (
+                session_id TEXT PRIMARY KEY,
+                parent TEXT NOT NULL,
+                version INTEGER NOT NULL
+            ) STRICT, WITHOUT ROWID
+            """.split(";"):
+            conn.execute(statement)
+
+    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        for record in records:
+            event = record.event
+            sid = record.session_id
+            fork = fork_of(conn, record)
+            if fork is not None:
+                _copy_prefix(conn, fork, sid)
+            elif isinstance(event, MessageAppended) and event.tool_calls:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO live_calls VALUES (?, ?, ?)",
+                    [(sid, call.id, record.version) for call in event.tool_calls],
+                )
+            elif isinstance(event, ToolReturned):
+                # It answers the latest earlier assistant message with a call of that id.
+                row = conn.execute(
+                    "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
+                    (sid, event.tool_call_id),
+                ).fetchone()
+                if row[0] is not None:
+                    conn.execute("INSERT INTO live_answers VALUES (?, ?, ?)", (sid, row[0], record.version))
+            elif isinstance(event, MessageRemoved):
+                _remove(conn, record, event)
+            elif isinstance(event, SessionRewound):
+                _rewind(conn, record, event)
+
+
+def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemoved) -> None:
+    sid = record.session_id
+    dead = dead_ranges(conn, sid, record.position)
+    versions: set[int] = set()
+    for target in event.target_event_ids:
+        row = conn.execute("SELECT version FROM events WHERE event_id = ?", (target,)).fetchone()
+        # The store checked every target when it was appended; a target that is not live is
+        # ignored, and so are the returns answering it.
+        if row is None or is_dead(dead, row[0]):
+            continue
+        versions.add(int(row[0]))
+        versions.update(
+            v
+            for (v,) in conn.execute(
+                "SELECT return_version FROM live_answers WHERE session_id = ? AND call_version = ? "
+                "AND return_version < ?",
+                (sid, row[0], record.version),
+            )
+            if not is_dead(dead, v)
+        )
+    conn.executemany(
+        "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
+        [(sid, v, v, record.position) for v in versions],
+    )
+
+
+def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewound) -> None:
+    sid, position = record.session_id, record.position
+    then = _position_of(conn, sid, event.to_version)
+    # Ranges holding now that did not hold at T: live again (any part above T is covered below).
+    conn.execute(
+        "UPDATE live_gaps SET alive_at = ? WHERE session_id = ? AND alive_at IS NULL AND dead_at > ?",
+        (position, sid, then),
+    )
+    # Ranges that held at T but were revived since: they hold again.
+    conn.execute(
+        "INSERT OR IGNORE INTO live_gaps SELECT session_id, first_version, last_version, ?, NULL "
+        "FROM live_gaps WHERE session_id = ? AND dead_at <= ? AND alive_at > ? AND alive_at < ?",
+        (position, sid, then, then, position),
+    )
+    if event.to_version + 1 <= record.version - 1:
+        conn.execute(
+            "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
+            (sid, event.to_version + 1, record.version - 1, position),
+        )
+
+
+def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
+    """The position of a session's version, through its fork parents (0 for version 0)."""
+    while version > 0:
+        fork = conn.execute("SELECT parent, version FROM live_forks WHERE session_id = ?", (sid,)).fetchone()
+        if fork is None or version > fork[1]:
+            row = conn.execute(
+                "SELECT position FROM events WHERE session_id = ? AND version = ?", (sid, version)
+            ).fetchone()
+            return int(row[0]) if row else 0
+        sid = fork[0]
+    return 0
+
+
+def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+    """A fork's live set starts as its parent's was at the fork."""
+    parent, version, position = fork
+    conn.execute("INSERT OR REPLACE INTO live_forks VALUES (?, ?, ?)", (child, parent, version))
+    copy_rows(
+        conn,
+        "live_gaps",
+        parent,
+        child,
+        "dead_at <= ?",
+        (position,),
+        overrides={"alive_at": f"CASE WHEN alive_at <= {int(position)} THEN alive_at END"},
+    )
+    copy_rows(conn, "live_calls", parent, child, "version <= ?", (version,))
+    copy_rows(conn, "live_answers", parent, child, "return_version <= ?", (version,))
+
+
+def dead_ranges(conn: sqlite3.Connection, session_id: str, at: int) -> list[Gap]:
+    """The session's versions that are not live as of position ``at``, as sorted disjoint ranges."""
+    found = sorted(
+        (int(lo), int(hi))
+        for lo, hi in conn.execute(
+            "SELECT first_version, last_version FROM live_gaps WHERE session_id = ? AND dead_at <= ? "
+            "AND (alive_at IS NULL OR alive_at > ?)",
+            (session_id, at, at),
+        )
+    )
+    merged: list[Gap] = []
+    for lo, hi in found:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def is_dead(ranges: Sequence[Gap], version: int) -> bool:
+    """Whether ``version`` lies in one of the sorted disjoint ``ranges``."""
+    lo, hi = 0, len(ranges)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ranges[mid][1] < version:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < len(ranges) and ranges[lo][0] <= version
