@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import store.tokenizer as _tokenizer_module
 from projections.capping import MIN_CAP, cap_text
+from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
 from store import (
     ArtifactWritten,
@@ -213,9 +214,11 @@ def list_artifacts(store: SQLiteStore, session_id: str, at: int | None = None) -
     store.require_session(session_id)
     _caught_up(store)
     with store.reading() as conn:
-        rows = conn.execute(
-            f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? ORDER BY position",
-            (session_id, _through(at)),
+        through = _through(at)
+        rows = conn.execute(  # live writes only: a rewound or removed write is not listed
+            f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? "
+            f"AND {live_condition('artifacts')} ORDER BY position",
+            (session_id, through, through, through),
         ).fetchall()
     return [_info(row) for row in rows]
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from projections.context_types import ContextPolicy, role_costs
+from projections.live_index import dead_ranges, is_dead
 from store import RecordedEvent, SQLiteStore
 
 
@@ -56,6 +57,9 @@ class ContextReader:
         self.tok = store.tokenizer
         self.costs = role_costs(self.tok)
         self.events: dict[int, RecordedEvent] = {}
+        # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
+        with store.reading() as conn:
+            self.dead = dead_ranges(conn, session_id, at)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -67,6 +71,7 @@ class ContextReader:
                     f"SELECT {ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}",
                     (self.sid, *params),
                 )
+                if not self.dead or not is_dead(self.dead, v)
             ]
 
     def _load(self, versions: Sequence[int]) -> None:
@@ -97,6 +102,7 @@ class ContextReader:
                     (self.sid, self.at, self.at),
                 )
             }
+            pinned = {v for v in pinned if not is_dead(self.dead, v)}
             versions |= pinned
             rows = {r.version: r for r in self._rows_in(versions)}
             # A pinned return keeps its call; a kept call keeps all its returns.
@@ -139,15 +145,22 @@ class ContextReader:
         """From the head version down: ctx rows in growing chunks, and in place of each range an
         active summary covers, the summary (its rows are never read)."""
         starts = [summary.first for summary in summaries]
+        dead_starts = [lo for lo, _ in self.dead]
         upper = self.head_version
         size = 32
         while upper >= 1:
+            d = bisect.bisect_right(dead_starts, upper) - 1
+            if d >= 0 and self.dead[d][1] >= upper:
+                upper = self.dead[d][0] - 1  # a range that is not live: skipped, never read
+                continue
             i = bisect.bisect_right(starts, upper) - 1
             if i >= 0 and summaries[i].last >= upper:
                 yield summaries[i]
                 upper = summaries[i].first - 1
                 continue
             lower = summaries[i].last + 1 if i >= 0 else 1
+            if d >= 0:
+                lower = max(lower, self.dead[d][1] + 1)
             rows = self._rows(
                 "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?", (upper, lower, size)
             )
@@ -177,6 +190,12 @@ class ContextReader:
                     (self.sid, self.at, self.sid, self.at, self.at),
                 )
             ]
+        # A summary whose covered range is not wholly live (or that was itself rewound) is not shown.
+        found = [
+            s
+            for s in found
+            if not is_dead(self.dead, s.version) and all(hi < s.first or lo > s.last for lo, hi in self.dead)
+        ]
         chosen: list[SummaryRow] = []
         for summary in sorted(found, key=lambda s: (-s.level, -s.version)):
             if all(summary.last < c.first or summary.first > c.last for c in chosen):
@@ -184,7 +203,19 @@ class ContextReader:
         return sorted(chosen, key=lambda s: s.first)
 
     def _cumulative(self, before_version: int) -> tuple[int, int]:
-        """Messages and stored tokens of the session below a version."""
+        """Live messages and their stored tokens of the session below a version: the running
+        totals, less those of each range that is not live (two lookups a range)."""
+        messages, tokens = self._raw_cumulative(before_version)
+        for lo, hi in self.dead:
+            if lo >= before_version:
+                break
+            upper_messages, upper_tokens = self._raw_cumulative(min(hi, before_version - 1) + 1)
+            lower_messages, lower_tokens = self._raw_cumulative(lo)
+            messages -= upper_messages - lower_messages
+            tokens -= upper_tokens - lower_tokens
+        return messages, tokens
+
+    def _raw_cumulative(self, before_version: int) -> tuple[int, int]:
         with self.store.reading() as conn:
             row = conn.execute(
                 "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? AND "

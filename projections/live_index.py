@@ -197,3 +197,13 @@ def is_dead(ranges: Sequence[Gap], version: int) -> bool:
         else:
             hi = mid
     return lo < len(ranges) and ranges[lo][0] <= version
+
+
+def live_condition(alias: str) -> str:
+    """SQL true when the row ``alias`` (with ``session_id`` and ``version`` columns) is live as of a
+    position; binds that position twice, after the query's earlier parameters."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM live_gaps g WHERE g.session_id = {alias}.session_id "
+        f"AND g.first_version <= {alias}.version AND g.last_version >= {alias}.version "
+        "AND g.dead_at <= ? AND (g.alive_at IS NULL OR g.alive_at > ?))"
+    )

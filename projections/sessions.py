@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from projections.live_index import dead_ranges
 from projections.materialize import Projection
 from store import (
     ForkPoint,
@@ -31,15 +32,15 @@ class SessionInfo:
     event_count: int
     """Events of the session."""
     system_messages: int
-    """``message_appended`` events with role system."""
+    """Live ``message_appended`` events with role system (rewound or removed ones do not count)."""
     user_messages: int
-    """``message_appended`` events with role user."""
+    """Live ``message_appended`` events with role user."""
     assistant_messages: int
-    """``message_appended`` events with role assistant."""
+    """Live ``message_appended`` events with role assistant."""
     tool_calls: int
-    """Tool calls requested by its assistant messages."""
+    """Tool calls requested by its live assistant messages."""
     tool_returns: int
-    """``tool_returned`` events."""
+    """Live ``tool_returned`` events."""
     tokens: int
     """Sum of the stored token counts of its events."""
     title: str | None
@@ -237,7 +238,29 @@ def list_sessions(store: SQLiteStore, at: int | None = None) -> list[SessionInfo
                 "WHERE s.first_position <= ? ORDER BY s.first_position",
                 (at, at),
             ).fetchall()
+        through = store.head_position() if at is None else at
+        rows = [_live_counts(conn, row, through) for row in rows]
     return [_info(row) for row in rows]
+
+
+def _live_counts(conn: sqlite3.Connection, row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+    """The row with its message counters counting live messages only: those of each of its own
+    ranges that a rewind or a removal took out are subtracted (work for what was undone only)."""
+    sid, parent_version = row[0], row[4] or 0
+    dead = [(max(lo, parent_version + 1), hi) for lo, hi in dead_ranges(conn, sid, at) if hi > parent_version]
+    if not dead:
+        return row
+    counts = list(row[7:14])  # version, system, user, assistant, tool calls, tool returns, tokens
+    roles = {"system": 1, "user": 2, "assistant": 3, "tool": 5}
+    for lo, hi in dead:
+        for role, n, calls in conn.execute(
+            "SELECT role, count(*), sum(n_calls) FROM ctx_messages WHERE session_id = ? "
+            "AND version BETWEEN ? AND ? GROUP BY role",
+            (sid, lo, hi),
+        ):
+            counts[roles[role]] -= n
+            counts[4] -= calls or 0
+    return (*row[:7], *counts, *row[14:])
 
 
 def _info(row: tuple[Any, ...]) -> SessionInfo:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from pydantic import TypeAdapter, ValidationError
 
 from projections.artifacts import InvalidArgumentError
+from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
 from store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
 from store.events import describe_validation_error
@@ -216,24 +217,28 @@ def current_todos(store: SQLiteStore, session_id: str, at: int | None = None) ->
     store.require_session(session_id)
     _caught_up(store)
     with store.reading() as conn:
+        # The live update with the highest version: a rewound or removed update no longer counts.
+        through = _through(at)
         row = conn.execute(
-            "SELECT items FROM todos WHERE session_id = ? AND position <= ? ORDER BY position DESC LIMIT 1",
-            (session_id, _through(at)),
+            f"SELECT items FROM todos t WHERE session_id = ? AND position <= ? AND {live_condition('t')} "
+            "ORDER BY version DESC LIMIT 1",
+            (session_id, through, through, through),
         ).fetchone()
     return [] if row is None else list(_ITEMS.validate_json(row[0]))
 
 
 def todo_history(store: SQLiteStore, session_id: str, at: int | None = None) -> list[TodoSnapshot]:
-    """Every update of the session's todo list in log order (``at``: those at or before that global
-    position). Raises UnknownSessionError for an unknown session."""
+    """Every live update of the session's todo list in log order (``at``: those at or before that
+    global position, live as of it). Raises UnknownSessionError for an unknown session."""
     _check_at(at)
     store.require_session(session_id)
     _caught_up(store)
     with store.reading() as conn:
+        through = _through(at)
         rows = conn.execute(
-            "SELECT position, version, event_id, recorded_at, items FROM todos "
-            "WHERE session_id = ? AND position <= ? ORDER BY position",
-            (session_id, _through(at)),
+            "SELECT position, version, event_id, recorded_at, items FROM todos t "
+            f"WHERE session_id = ? AND position <= ? AND {live_condition('t')} ORDER BY position",
+            (session_id, through, through, through),
         ).fetchall()
     return [
         TodoSnapshot(int(pos), int(version), str(event_id), str(recorded_at), _ITEMS.validate_json(items))

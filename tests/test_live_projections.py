@@ -1,0 +1,143 @@
+"""Every projection that shows the conversation reads the live set: after a rewind or a removal the
+undone events are not in the context, the session counts, the todo list or the artifact list; the
+ledger keeps every usage (money is never undone); summaries over a range no longer live are hidden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from projections.artifacts import list_artifacts
+from projections.context import build_context
+from projections.context_types import ContextPolicy
+from projections.ledger import audit
+from projections.sessions import list_sessions
+from projections.todos import current_todos, todo_history
+from store import (
+    ArtifactWritten,
+    ForkPoint,
+    MessageAppended,
+    MessageRemoved,
+    SessionRewound,
+    SessionStarted,
+    TodoItem,
+    TodosUpdated,
+    ToolCall,
+    ToolReturned,
+    UsageRecorded,
+)
+from tests.store_contract import summary
+from turnlog import open_store
+
+POLICY = ContextPolicy(budget=100_000, format="openai")
+
+
+def _texts(built: Any) -> list[str]:
+    return [m.content for m in built.messages]
+
+
+def test_a_rewind_takes_messages_out_of_the_context_and_a_later_one_brings_them_back(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.append("a", [SessionStarted(), MessageAppended(role="system", content="rules")])
+        s.append("a", [MessageAppended(role="user", content=f"u{i}") for i in range(5)])  # versions 3-7
+        s.append("a", [SessionRewound(to_version=4, reason="pop")])  # 8: u0, u1 stay
+        assert _texts(build_context(s, "a", POLICY)) == ["rules", "u0", "u1"]
+        s.append("a", [MessageAppended(role="user", content="new")])  # 9
+        assert _texts(build_context(s, "a", POLICY)) == ["rules", "u0", "u1", "new"]
+        s.append("a", [SessionRewound(to_version=7, reason="time_travel")])  # 10: back to u0..u4
+        assert _texts(build_context(s, "a", POLICY)) == ["rules", "u0", "u1", "u2", "u3", "u4"]
+        # Replay: the context as of the first rewind's position is still what it was then.
+        position = s.read_session("a")[7].position
+        assert _texts(build_context(s, "a", POLICY, at=position)) == ["rules", "u0", "u1"]
+        s.append(
+            "a",
+            [SessionRewound(to_version=0, reason="delete"), MessageAppended(role="user", content="again")],
+        )
+        assert _texts(build_context(s, "a", POLICY)) == ["again"]
+
+
+def test_a_removed_assistant_message_takes_its_tool_results(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        call = MessageAppended(role="assistant", tool_calls=(ToolCall(id="c1", name="f"),))
+        other = MessageAppended(role="assistant", tool_calls=(ToolCall(id="c2", name="g"),))
+        ret2 = ToolReturned(tool_call_id="c2", content="two")
+        s.append(
+            "a",
+            [
+                MessageAppended(role="user", content="go"),
+                call,
+                ToolReturned(tool_call_id="c1", content="one"),
+                other,
+                ret2,
+                MessageAppended(role="assistant", content="done"),
+            ],
+        )
+        s.append("a", [MessageRemoved(target_event_ids=(call.event_id,))])
+        built = build_context(s, "a", POLICY)
+        assert _texts(built) == ["go", "", "two", "done"]
+        assert [m.tool_call_id for m in built.messages if m.role == "tool"] == ["c2"]
+        # Removing a tool return alone leaves its call answered by a synthesized "interrupted" result.
+        s.append("a", [MessageRemoved(target_event_ids=(ret2.event_id,))])
+        tools = [m for m in build_context(s, "a", POLICY).messages if m.role == "tool"]
+        assert [(m.tool_call_id, m.mode) for m in tools] == [("c2", "synthesized")]
+
+
+def test_a_summary_over_a_range_no_longer_live_is_not_shown(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.append("a", [MessageAppended(role="user", content=f"u{i}") for i in range(4)])
+        s.append("a", [summary(1, 3, "they said u0 to u2")])  # 5
+        assert "they said" in _texts(build_context(s, "a", POLICY))[0]
+        s.append("a", [SessionRewound(to_version=2)])  # versions 3-5 are undone, the summary too
+        assert _texts(build_context(s, "a", POLICY)) == ["u0", "u1"]
+
+
+def test_sessions_todos_artifacts_read_the_live_set_and_the_ledger_keeps_the_money(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        usage = UsageRecorded(model="gpt-4o", input_tokens=100, output_tokens=10)
+        s.append(
+            "a",
+            [
+                MessageAppended(role="user", content="u"),  # 1
+                TodosUpdated(todos=(TodoItem(id="1", content="first"),)),  # 2
+                ArtifactWritten(name="a.txt", content="kept"),  # 3
+                MessageAppended(role="assistant", content="x", tool_calls=(ToolCall(id="c", name="f"),)),  # 4
+                ToolReturned(tool_call_id="c", content="r"),  # 5
+                TodosUpdated(todos=(TodoItem(id="2", content="second"),)),  # 6
+                ArtifactWritten(name="b.txt", content="undone"),  # 7
+                usage,  # 8
+            ],
+        )
+        before = audit(s, "a").totals
+        s.append("a", [SessionRewound(to_version=3, reason="pop")])
+        assert [t.content for t in current_todos(s, "a")] == ["first"]
+        assert [h.version for h in todo_history(s, "a")] == [2]
+        assert [a.name for a in list_artifacts(s, "a")] == ["a.txt"]
+        info = next(i for i in list_sessions(s) if i.session_id == "a")
+        assert (info.user_messages, info.assistant_messages, info.tool_calls, info.tool_returns) == (
+            1,
+            0,
+            0,
+            0,
+        )
+        assert info.head_version == 9  # the log only grows
+        after = audit(s, "a").totals
+        assert (
+            (after.calls, after.input, after.output)
+            == (before.calls, before.input, before.output)
+            == (1, 100, 10)
+        )
+        # As of a position before the rewind, everything was live.
+        at = s.read_session("a")[7].position
+        assert next(i for i in list_sessions(s, at=at) if i.session_id == "a").assistant_messages == 1
+        assert [t.content for t in current_todos(s, "a", at=at)] == ["second"]
+
+
+def test_a_fork_keeps_what_its_parent_rewinds_later(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.append("p", [MessageAppended(role="user", content=f"p{i}") for i in range(3)])
+        s.append("c", [SessionStarted(parent=ForkPoint(session_id="p", version=3))])
+        s.append("p", [SessionRewound(to_version=1)])
+        assert _texts(build_context(s, "p", POLICY)) == ["p0"]
+        assert _texts(build_context(s, "c", POLICY)) == ["p0", "p1", "p2"]
+        s.append("c", [SessionRewound(to_version=2, reason="time_travel")])
+        assert _texts(build_context(s, "c", POLICY)) == ["p0", "p1"]
