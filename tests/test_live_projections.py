@@ -141,3 +141,23 @@ def test_a_fork_keeps_what_its_parent_rewinds_later(tmp_path: Path) -> None:
         assert _texts(build_context(s, "c", POLICY)) == ["p0", "p1", "p2"]
         s.append("c", [SessionRewound(to_version=2, reason="time_travel")])
         assert _texts(build_context(s, "c", POLICY)) == ["p0", "p1"]
+
+
+def test_the_agent_tool_reads_the_live_history(tmp_path: Path) -> None:
+    import turnlog.tool as tool
+
+    def env(method: str, data: Any) -> dict[str, Any]:
+        module, name = method.split(".")
+        return {"module": module, "method": name, "input": data}
+
+    with open_store(tmp_path / "s.db") as s:
+        s.append("a", [MessageAppended(role="user", content=f"word{i}") for i in range(6)])
+        s.append("a", [SessionRewound(to_version=2, reason="pop")])
+        tail = tool.call(s, "a", env("history.read", {"mode": "tail", "n": 10}), record=False)
+        assert "word1" in tail and "word2" not in tail and "session_rewound" not in tail
+        found = tool.call(s, "a", env("history.search", {"query": "word"}), record=False)
+        assert "word0" in found and "word5" not in found
+        ranged = tool.call(
+            s, "a", env("history.read", {"mode": "range", "from_version": 1, "to_version": 7}), record=False
+        )
+        assert "word1" in ranged and "word3" not in ranged

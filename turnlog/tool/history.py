@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from projections.artifacts import InvalidArgumentError, read_artifact
 from projections.capping import MIN_CAP, cap_text
+from projections.live import COMPENSATING_TYPES
+from projections.live_index import Gap, dead_ranges, is_dead
+from projections.registry import materializer
 from projections.todos import render_checklist
 from store import (
     ArtifactWritten,
@@ -142,7 +145,14 @@ def read_range(store: SQLiteStore, session_id: str, query: HistoryRange, tok: To
             f"from_version {query.from_version} is past the end: the session's last version is {head}"
         )
     last = min(query.to_version, head)
-    records = store.read_session(session_id, from_version=query.from_version, to_version=last)
+    dead = _dead(store, session_id)
+    records = [
+        r
+        for r in store.read_session(session_id, from_version=query.from_version, to_version=last)
+        if _live(r, dead)
+    ]
+    if not records:
+        return f"[versions {query.from_version}–{last}: nothing live (rewound or removed)]"
     page = Page(tok, budget - 80)
     reached = query.from_version - 1
     for record in records:
@@ -265,15 +275,32 @@ def _short(text: str, width: int) -> str:
 
 
 def _newest_first(store: SQLiteStore, session_id: str, below: int) -> Iterator[RecordedEvent]:
-    """The session's events with version <= ``below``, newest first, read in growing windows."""
+    """The session's live events with version <= ``below``, newest first, read in growing windows;
+    a range a rewind or a removal took out is skipped without being read."""
+    dead = _dead(store, session_id)
     upper = below
     size = 64
     while upper >= 1:
+        gap = next((g for g in dead if g[0] <= upper <= g[1]), None)
+        if gap is not None:
+            upper = gap[0] - 1
+            continue
         lower = max(1, upper - size + 1)
         chunk = store.read_session(session_id, from_version=lower, to_version=upper)
-        yield from reversed(chunk)
+        yield from (r for r in reversed(chunk) if _live(r, dead))
         upper = lower - 1
         size = min(size * 2, _WINDOW)
+
+
+def _dead(store: SQLiteStore, session_id: str) -> list[Gap]:
+    """The session's versions that are not live now (the agent reads the live history only)."""
+    materializer(store).catch_up()
+    with store.reading() as conn:
+        return dead_ranges(conn, session_id, store.head_position())
+
+
+def _live(record: RecordedEvent, dead: list[Gap]) -> bool:
+    return record.type not in COMPENSATING_TYPES and not is_dead(dead, record.version)
 
 
 # --- history.search ----------------------------------------------------------------------------
