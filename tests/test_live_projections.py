@@ -161,3 +161,23 @@ def test_the_agent_tool_reads_the_live_history(tmp_path: Path) -> None:
             s, "a", env("history.read", {"mode": "range", "from_version": 1, "to_version": 7}), record=False
         )
         assert "word1" in ranged and "word3" not in ranged
+
+
+def test_replay_shows_each_call_with_the_live_set_of_its_time(tmp_path: Path) -> None:
+    from projections.replay import replay
+
+    with open_store(tmp_path / "s.db") as s:
+        undone = MessageAppended(role="user", content="first question")
+        s.append("a", [undone, MessageAppended(role="assistant", content="first answer")])
+        s.append("a", [SessionRewound(to_version=0, reason="pop")])
+        s.append(
+            "a",
+            [MessageAppended(role="user", content="second"), MessageAppended(role="assistant", content="ok")],
+        )
+        calls = replay(s, "a", POLICY)
+        assert len(calls) == 2  # both calls happened: a rewind never undoes a model call
+        first, second = (c.context for c in calls)
+        assert first is not None and second is not None
+        assert _texts(first) == ["first question"]
+        assert _texts(second) == ["second"]
+        assert calls[1].dropped == [undone.event_id]
