@@ -8,9 +8,10 @@ for what it undoes and brings back, and an ordinary event pays O(1)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from projections.live_index import dead_ranges, is_dead
 from store import (
     Event,
     MessageAppended,
@@ -155,3 +156,14 @@ def live_events(store: SQLiteStore, session_id: str, *, at_version: int | None =
     records = store.read_session(session_id, to_version=at_version)
     live = live_versions(records)
     return [r for r in records if r.version in live]
+
+
+def live_marks(store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent]) -> list[bool]:
+    """For records of one session: whether each is live now (the materialized live index, so the
+    cost is the records given and the session's ranges that are not live, not its length)."""
+    from projections.registry import materializer  # here: the registry imports the live index
+
+    materializer(store).catch_up()
+    with store.reading() as conn:
+        dead = dead_ranges(conn, session_id, store.head_position())
+    return [r.type not in COMPENSATING_TYPES and not is_dead(dead, r.version) for r in records]

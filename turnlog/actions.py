@@ -1,6 +1,6 @@
-"""Writes that operators and agents make besides appending raw events: pinning, unpinning, and
-replacing the todo list. Each validates its input, then appends one event, and leaves the store's
-materialized projections caught up."""
+"""Writes that operators and agents make besides appending raw events: pinning, unpinning,
+replacing the todo list, forking and rewinding. Each validates its input, then appends one event,
+and leaves the store's materialized projections caught up."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from store import (
     MessagePinned,
     MessageUnpinned,
     RecordedEvent,
+    SessionRewound,
     SessionStarted,
     SQLiteStore,
     UnknownEventError,
 )
+from store.events_loop import RewindReason
 
 
 def pin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:
@@ -70,6 +72,32 @@ def fork_session(
     )
     keep_caught_up(store)
     [recorded] = store.append(into, [started], expected_version=NO_SESSION)
+    return recorded
+
+
+def rewind_session(
+    store: SQLiteStore,
+    session_id: str,
+    to_version: int,
+    *,
+    reason: RewindReason = "rewind",
+    note: str | None = None,
+    source: str | None = "cli",
+) -> RecordedEvent:
+    """Return the session to the state it had at ``to_version`` (0: empty) by appending a
+    ``session_rewound``; nothing is deleted, and a later rewind can bring the undone events back.
+    Refused unless ``to_version`` is below the session's head version (a rewind to the head would
+    undo nothing)."""
+    head = store.require_session(session_id)
+    if isinstance(to_version, bool) or not isinstance(to_version, int) or not 0 <= to_version < head:
+        raise InvalidEventError(
+            f"cannot rewind {session_id!r} to version {to_version}: its head is version {head}; give a "
+            f"version from 0 to {head - 1} (`turnlog log {session_id}` shows them)"
+        )
+    keep_caught_up(store)
+    rewound = SessionRewound(to_version=to_version, reason=reason, note=note, source=source)
+    # expected_version: a concurrent append moves the head, and the rewind must mean what was asked.
+    [recorded] = store.append(session_id, [rewound], expected_version=head)
     return recorded
 
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from store import RecordedEvent
-from store.events import MessageAppended, ToolReturned
+from store.events import MessageAppended, MessageRemoved, SessionRewound, StateRecorded, ToolReturned
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -198,6 +198,19 @@ def describe(record: RecordedEvent, width: int = 80) -> str:
         err = " ERROR" if event.is_error else ""
         name = event.tool_name or "?"
         return f"{name} [{event.tool_call_id}]{err}: {short(event.content, width)}"
+    if isinstance(event, SessionRewound):
+        by = f" by {event.source}" if event.source else ""
+        note = f": {event.note}" if event.note else ""
+        return short(f"rewind ({event.reason}){by} to version {event.to_version}{note}", width)
+    if isinstance(event, MessageRemoved):
+        ids = ", ".join(i[:12] for i in event.target_event_ids)
+        why = f" ({event.reason})" if event.reason else ""
+        count = len(event.target_event_ids)
+        return short(f"removed {count} message{'s' if count != 1 else ''}{why}: {ids}", width)
+    if isinstance(event, StateRecorded):
+        where = f"{event.namespace}/{event.key}" if event.namespace else event.key
+        size = f"{event.size:,} bytes" if event.size is not None else "?"
+        return short(f"{event.framework} state {where} ({event.media_type}, {size})", width)
     fields = event.model_dump(
         mode="json", exclude={"type", "schema_version", "event_id", "content"}, exclude_none=True
     )
