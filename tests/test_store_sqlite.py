@@ -75,7 +75,7 @@ def _public_methods() -> list[str]:
         for name, value in vars(layer).items()
         if not name.startswith("_") and name not in _RAW and isinstance(value, (classmethod, Callable))
     }
-    return sorted(names) + ["__enter__", "__exit__"]
+    return [*sorted(names), "__enter__", "__exit__"]
 
 
 def _guarded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
