@@ -68,3 +68,82 @@ def test_a_fork_may_remove_its_parents_messages_up_to_the_fork(tmp_path: Path) -
             s.append("c", [MessageRemoved(target_event_ids=(later.event_id,))])
         s.append("c", [MessageRemoved(target_event_ids=(shared.event_id,))])
         assert s.verify().ok
+
+
+# --- turnlog rewind and turnlog log -------------------------------------------------------------
+
+
+def _cli(db: Path, *args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from turnlog.cli import cli
+
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+def test_the_rewind_command_records_a_rewind_and_log_marks_what_it_undid(tmp_path: Path) -> None:
+    import json
+
+    db = tmp_path / "t.db"
+    with SQLiteStore.open(db) as s:
+        s.append("chat", [MessageAppended(role="user", content=f"m{i}") for i in range(3)])
+    code, out = _cli(db, "rewind", "chat", "--to-version", "1", "--reason", "pop", "--note", "undo")
+    assert code == 0 and out.startswith("rewound chat to version 1")
+    code, out = _cli(db, "log", "chat")
+    lines = out.splitlines()
+    assert "live" in lines[0]
+    assert [("undone" in line) for line in lines[2:]] == [False, True, True, False]
+    assert "rewind (pop) by cli to version 1: undo" in lines[-1]
+    code, out = _cli(db, "log", "chat", "--json")
+    assert [e["live"] for e in json.loads(out)] == [True, False, False, False]
+    code, out = _cli(db, "rewind", "chat", "--to-version", "3", "--reason", "time_travel", "--json")
+    assert code == 0 and json.loads(out)["version"] == 5
+    code, out = _cli(db, "log", "chat", "--json")
+    assert [e["live"] for e in json.loads(out)] == [True, True, True, False, False]
+
+
+def test_bad_rewinds_are_one_clear_line_and_change_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    with SQLiteStore.open(db) as s:
+        s.append("chat", [MessageAppended(role="user", content=f"m{i}") for i in range(3)])
+    for args, message in (
+        (
+            ["chat", "--to-version", "3"],
+            "cannot rewind 'chat' to version 3: its head is version 3; give a version from 0 to 2",
+        ),
+        (["chat", "--to-version", "99"], "cannot rewind 'chat' to version 99"),
+        (["nope", "--to-version", "0"], "no session 'nope'"),
+        (["chat", "--to-version", "-1"], "Invalid value for '--to-version'"),
+        (["chat", "--to-version", "1", "--reason", "undo"], "Invalid value for '--reason'"),
+    ):
+        code, out = _cli(db, "rewind", *args)
+        assert code != 0 and message in out and "Traceback" not in out
+        assert len([line for line in out.splitlines() if line.startswith("Error")]) == 1
+    with SQLiteStore.open(db) as s:
+        assert s.head_version("chat") == 3
+
+
+def test_the_new_events_read_well_in_the_log(tmp_path: Path) -> None:
+    from store import StateRecorded
+
+    db = tmp_path / "t.db"
+    with SQLiteStore.open(db) as s:
+        m = MessageAppended(role="user", content="hello")
+        s.append("chat", [m, MessageRemoved(target_event_ids=(m.event_id,), reason="RemoveMessage")])
+        s.append(
+            "chat",
+            [
+                StateRecorded(
+                    framework="langgraph",
+                    namespace="",
+                    key="ckpt-7",
+                    media_type="application/json",
+                    content="{}",
+                )
+            ],
+        )
+    code, out = _cli(db, "log", "chat")
+    assert f"removed 1 message (RemoveMessage): {m.event_id[:12]}" in out
+    assert "langgraph state ckpt-7 (application/json, 2 bytes)" in out

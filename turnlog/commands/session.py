@@ -1,5 +1,5 @@
-"""Commands that write to or show one session: append, log, pin, unpin, fork, and the list of
-sessions."""
+"""Commands that write to or show one session: append, log, pin, unpin, fork, rewind, and the list
+of sessions."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import click
 
+from projections.live import COMPENSATING_TYPES, live_marks
 from projections.sessions import list_sessions
 from store import ANY, NO_SESSION, Expected, parse_events_json
-from turnlog.actions import fork_session, pin_message, unpin_message
+from turnlog.actions import fork_session, pin_message, rewind_session, unpin_message
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import (
     at_option,
@@ -93,7 +94,8 @@ def log(
     width: int,
     as_json: bool,
 ) -> None:
-    """Show SESSION's events, in order.
+    """Show SESSION's events, in order; events a rewind or a removal undid are marked ``undone``
+    (with --json: ``"live": false``).
 
     \b
     Example:
@@ -103,8 +105,9 @@ def log(
         store.require_session(session)
         store.catch_up_tokens()
         records = store.read_session(session, from_version=from_version, to_version=to_version)
+        live = live_marks(store, session, records)
     if as_json:
-        emit([r.to_dict() for r in records], as_json=True)
+        emit([{**r.to_dict(), "live": alive} for r, alive in zip(records, live, strict=True)], as_json=True)
         return
     rows = [
         {
@@ -113,11 +116,13 @@ def log(
             "type": r.type,
             "tokens": r.tokens,
             "event_id": r.event_id[:12],
+            # Compensating events are never live, but they are what happened, not what was undone.
+            "live": "" if alive or r.type in COMPENSATING_TYPES else "undone",
             "what": describe(r, width),
         }
-        for r in records
+        for r, alive in zip(records, live, strict=True)
     ]
-    emit(rows, as_json=False, columns=["ver", "pos", "type", "tokens", "event_id", "what"])
+    emit(rows, as_json=False, columns=["ver", "pos", "type", "tokens", "event_id", "live", "what"])
 
 
 @cli.command()
@@ -222,4 +227,40 @@ def fork(ctx: _Context, session: str, at_version: int, into: str, title: str | N
         as_json=as_json,
         text=f"forked {session} at version {at_version} into {into} (its own events start at version "
         f"{recorded.version})",
+    )  # fmt: skip
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--to-version", type=int_range(0), required=True, help="The version to return to (0: empty).")
+@click.option(
+    "--reason",
+    type=click.Choice(["rewind", "pop", "clear", "delete", "time_travel"]),
+    default="rewind",
+    show_default=True,
+    help="What the rewind stands for.",
+)
+@click.option("--note", help="Free text for operators.")
+@json_option
+@pass_ctx
+def rewind(
+    ctx: _Context, session: str, to_version: int, reason: Any, note: str | None, as_json: bool
+) -> None:
+    """Return SESSION to the state it had at a version, by recording a ``session_rewound`` event.
+
+    Nothing is deleted: `turnlog log` still shows every event (the undone ones marked), the ledger
+    keeps every usage, and a later rewind can bring the undone events back.
+
+    \b
+    Example:
+      turnlog rewind chat-1 --to-version 12 --reason pop
+    """
+    with ctx.open() as store:
+        recorded = rewind_session(store, session, to_version, reason=reason, note=note)
+    emit(
+        {"session_id": session, "to_version": to_version, "reason": reason, "event_id": recorded.event_id,
+         "version": recorded.version, "position": recorded.position},
+        as_json=as_json,
+        text=f"rewound {session} to version {to_version} (event {recorded.event_id[:12]} at version "
+        f"{recorded.version}; nothing deleted)",
     )  # fmt: skip
