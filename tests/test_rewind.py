@@ -145,5 +145,6 @@ def test_the_new_events_read_well_in_the_log(tmp_path: Path) -> None:
             ],
         )
     code, out = _cli(db, "log", "chat")
+    assert code == 0
     assert f"removed 1 message (RemoveMessage): {m.event_id[:12]}" in out
     assert "langgraph state ckpt-7 (application/json, 2 bytes)" in out
