@@ -13,7 +13,10 @@ from projections.sessions import SessionsProjection
 from projections.todos import TodosProjection
 from store import RecordedEvent, SQLiteStore
 
-_MATERIALIZERS: weakref.WeakKeyDictionary[SQLiteStore, Materializer] = weakref.WeakKeyDictionary()
+# Each store's materializer is kept on the store object itself, not in a global map: a map's value
+# would hold its key alive (the materializer holds its store), so no store would ever be freed. On
+# the store, the two make one cycle, which the garbage collector frees once the store is dropped.
+_ATTRIBUTE = "_turnlog_materializer"
 _KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
 
 
@@ -24,10 +27,10 @@ def all_projections() -> list[Projection]:
 
 def materializer(store: SQLiteStore) -> Materializer:
     """The store's materializer (one per open store object)."""
-    found = _MATERIALIZERS.get(store)
+    attributes = vars(store)
+    found: Materializer | None = attributes.get(_ATTRIBUTE)
     if found is None:
-        found = Materializer(store, all_projections())
-        _MATERIALIZERS[store] = found
+        found = attributes[_ATTRIBUTE] = Materializer(store, all_projections())
     return found
 
 

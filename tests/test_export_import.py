@@ -607,15 +607,15 @@ def test_cli_import_of_a_malformed_file_is_one_line(runner: CliRunner, tmp_path:
 def test_cli_progress_bar_and_quiet(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import turnlog.cli
+    import turnlog.commands.io
 
-    original = turnlog.cli._ProgressBar.__init__
+    original = turnlog.commands.io._ProgressBar.__init__
 
     def on_any_stream(self: Any, label: str, *, enabled: bool) -> None:
         original(self, label, enabled=enabled)
         self.enabled = enabled  # CliRunner's stderr is no terminal; pretend it is
 
-    monkeypatch.setattr(turnlog.cli._ProgressBar, "__init__", on_any_stream)
+    monkeypatch.setattr(turnlog.commands.io._ProgressBar, "__init__", on_any_stream)
     source = tmp_path / "a.db"
     with SQLiteStore.open(source) as opened:
         full_session(opened)
@@ -806,7 +806,7 @@ def test_ids_stored_in_another_session_are_refused_before_writing(store: SQLiteS
 def test_a_session_larger_than_the_batch_limit_is_one_append(
     store: SQLiteStore, other: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.sqlite as backend
+    import store.sqlite_append as backend
 
     sized_session(store, "big", 40)
     monkeypatch.setattr(backend, "MAX_BATCH", 10)

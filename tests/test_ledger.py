@@ -53,7 +53,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr("store.sqlite._now", fake)
+    monkeypatch.setattr("store.sqlite_append.now", fake)
     return fake
 
 

@@ -67,11 +67,15 @@ _RAW = {"conn", "atomic", "reading", "sqlite_utils_db"}
 
 
 def _public_methods() -> list[str]:
-    return [
+    # The class is assembled from layers (store.sqlite_*): every one of them counts.
+    layers = [cls for cls in SQLiteStore.__mro__ if cls.__module__.startswith("store.sqlite")]
+    names = {
         name
-        for name, value in vars(SQLiteStore).items()
+        for layer in layers
+        for name, value in vars(layer).items()
         if not name.startswith("_") and name not in _RAW and isinstance(value, (classmethod, Callable))
-    ] + ["__enter__", "__exit__"]
+    }
+    return [*sorted(names), "__enter__", "__exit__"]
 
 
 def _guarded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -615,15 +619,16 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
 def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.sqlite as sqlite_module
+    import store.sqlite_append as append_module
+    import store.sqlite_connection as connection_module
     from store.schema import MIGRATIONS
 
     # turnlog as it was at schema 1: zlib for large blobs, and no migration 2.
     old_codec = ("zlib", lambda data: zlib.compress(data, 1))
     with monkeypatch.context() as old:
-        old.setattr(sqlite_module, "MIGRATIONS", MIGRATIONS[:1])
-        old.setattr(sqlite_module, "LATEST_VERSION", 1)
-        old.setattr(sqlite_module, "_encode_blob", lambda data: (old_codec[0], old_codec[1](data)))
+        old.setattr(connection_module, "MIGRATIONS", MIGRATIONS[:1])
+        old.setattr(connection_module, "LATEST_VERSION", 1)
+        old.setattr(append_module, "_encode_blob", lambda data: (old_codec[0], old_codec[1](data)))
         with SQLiteStore.open(path) as s:
             large = "a line of a long tool output\n" * 4000
             s.append("s", [msg("hi"), ToolReturned(tool_call_id="c1", content=large)])

@@ -11,7 +11,7 @@ import click
 from projections.context import ContextPolicy
 from projections.summaries import list_summaries
 from store import SummaryRecorded
-from turnlog.cli import _Context, cli, pass_ctx
+from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.output import (
     at_option,

@@ -1,12 +1,17 @@
-"""``turnlog export``: sessions out of the store, in turnlog's own lossless jsonl or as OpenAI or
-Anthropic transcripts (``turnlog import`` reads them back in)."""
+"""``turnlog import`` and ``turnlog export``: transcripts into the store, and sessions out of it,
+in turnlog's own lossless jsonl or as OpenAI or Anthropic transcripts (which import reads back)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import click
 
-from turnlog.cli import _Context, cli, pass_ctx
+from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
+from turnlog.importers import IMPORT_FORMATS, import_file
 from turnlog.output import echo_json_chunks, emit, json_option
 
 
@@ -50,3 +55,65 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
         written = export_to_file(store, sessions, fmt, output)
     data = {"sessions": list(sessions), "format": fmt, "path": output, "bytes": written}
     emit(data, as_json=as_json, text=f"exported {', '.join(sessions)} ({fmt}, {written:,} bytes) to {output}")
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(IMPORT_FORMATS)),
+    required=True,
+    help="The transcript's format.",
+)
+@click.option("--session", help="Session id (NAME-1, NAME-2... when the file has several).")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+@pass_ctx
+def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
+    """Import FILE ('-' for standard input) as sessions, one per conversation.
+
+    The whole file is checked before anything is written; then each conversation is stored
+    whole, in one transaction. Safe to re-run: an already imported conversation is skipped, a
+    grown one gets its new messages appended, and an interrupted import is finished.
+
+    \b
+    Example:
+      turnlog import chat.json --format openai --session support-42
+    """
+    # Bytes: the importer decodes them and names the first byte that is not UTF-8.
+    data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    bar = _ProgressBar("importing", enabled=not quiet and not as_json)
+    with ctx.open(create=True) as store, bar:
+        result = import_file(store, data, fmt, session=session, progress=bar.update)
+    emit(
+        result.sessions,
+        as_json=as_json,
+        columns=["session_id", "events", "appended", "skipped"],
+    )
+
+
+class _ProgressBar:
+    """A progress bar on standard error, shown only for long jobs on a terminal."""
+
+    def __init__(self, label: str, *, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._shown = 0
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total < 20:
+            return
+        if self._bar is None:
+            self._bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self._bar.__enter__()
+        self._bar.update(done - self._shown)
+        self._shown = done
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)

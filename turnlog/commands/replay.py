@@ -7,7 +7,8 @@ import click
 from projections.context import ContextPolicy
 from projections.formats import render
 from projections.replay import replay as replay_calls
-from turnlog.cli import _Context, _manifest_table, cli, pass_ctx
+from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.commands.projections import _manifest_table
 from turnlog.output import (
     at_option,
     echo,

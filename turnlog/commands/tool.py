@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from store import load_tokenizer
-from turnlog.cli import _Context, cli, pass_ctx
+from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import emit, input_file_option, json_option, tokens_range
 from turnlog.tool import (
     DEFAULT_MAX_TOKENS,

@@ -1,0 +1,286 @@
+"""Reading the log: sessions (following a fork's lineage), events by version, id or position,
+blobs, and the store's checker."""
+
+from __future__ import annotations
+
+import difflib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from store.base import Blob, RecordedEvent, SessionSummary, VerifyReport
+from store.errors import (
+    CorruptStoreError,
+    InvalidEventError,
+    UnknownArtifactError,
+    UnknownEventError,
+    UnknownSessionError,
+)
+from store.rows import BlobDecodeError, decode_blob, fork_parent, select_records
+from store.sqlite_connection import translate
+from store.sqlite_tokens import TokenCountingStore, counted_through
+from store.verify import verify_log
+
+
+class ReadingStore(TokenCountingStore):
+    """The reads of the log."""
+
+    def lineage(self, session_id: str) -> list[tuple[str, int, int]]:
+        """The session's history as (session id, first version, last version) segments, oldest
+        first: a fork's parent prefix (recursively), then its own events."""
+        with self.reading() as conn:
+            return lineage_of(conn, session_id, self._lineages)
+
+    def _read(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[RecordedEvent]:
+        return select_records(conn, where, params)
+
+    def read_session(
+        self, session_id: str, *, from_version: int = 1, to_version: int | None = None, own: bool = False
+    ) -> list[RecordedEvent]:
+        self.catch_up_tokens()
+        upper = to_version if to_version is not None else 2**62
+        found: list[RecordedEvent] = []
+        with self.reading() as conn:
+            segments = lineage_of(conn, session_id, self._lineages)
+            for sid, lo, hi in segments[-1:] if own else segments:
+                if max(lo, from_version) <= min(hi, upper):
+                    found += self._read(
+                        conn,
+                        "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version",
+                        (sid, max(lo, from_version), min(hi, upper)),
+                    )
+        return found
+
+    def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
+        """The session's events with these versions, in order (missing versions are left out)."""
+        self.catch_up_tokens()
+        found: list[RecordedEvent] = []
+        with self.reading() as conn:
+            for sid, lo, hi in lineage_of(conn, session_id, self._lineages):
+                mine = [v for v in versions if lo <= v <= hi]
+                for start in range(0, len(mine), 500):
+                    chunk = mine[start : start + 500]
+                    found += self._read(
+                        conn,
+                        f"WHERE e.session_id = ? AND e.version IN ({','.join('?' * len(chunk))})",
+                        (sid, *chunk),
+                    )
+        found.sort(key=lambda r: r.version)
+        return found
+
+    def first_event(self, session_id: str) -> RecordedEvent | None:
+        """The session's own first event (a fork's is its session_started), if it has any."""
+        with self.reading() as conn:
+            rows = self._read(conn, "WHERE e.session_id = ? ORDER BY e.version LIMIT 1", (session_id,))
+        return rows[0] if rows else None
+
+    def version_at(self, session_id: str, position: int) -> int:
+        """The session's last version at or before a global position (0 if none)."""
+        with self._lock, translate(self.path):
+            row = self.conn.execute(
+                "SELECT version FROM events WHERE session_id = ? AND position <= ? "
+                "ORDER BY version DESC LIMIT 1",
+                (session_id, position),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
+        if limit < 0:
+            raise InvalidEventError(f"read_tail: limit must be 0 or more, not {limit}")
+        self.catch_up_tokens()
+        rows: list[RecordedEvent] = []
+        with self.reading() as conn:
+            for sid, lo, hi in reversed(lineage_of(conn, session_id, self._lineages)):
+                if len(rows) >= limit:
+                    break
+                rows += self._read(
+                    conn,
+                    "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? ORDER BY e.version DESC LIMIT ?",
+                    (sid, lo, hi, limit - len(rows)),
+                )
+        rows.reverse()
+        return rows
+
+    def iter_after(
+        self, position: int = 0, *, types: Sequence[str] | None = None, batch: int = 1000
+    ) -> Iterator[RecordedEvent]:
+        type_filter = ""
+        params_tail: tuple[Any, ...] = ()
+        if types is not None and not types:
+            return  # no types asked for: nothing matches
+        if types:
+            type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
+            params_tail = tuple(types)
+        self.catch_up_tokens()
+        last = position
+        while True:
+            with self.reading() as conn:
+                chunk = self._read(
+                    conn,
+                    f"WHERE e.position > ?{type_filter} ORDER BY e.position LIMIT {int(batch)}",
+                    (last, *params_tail),
+                )
+            if not chunk:
+                return
+            yield from chunk
+            last = chunk[-1].position
+
+    def get_event(self, event_id: str) -> RecordedEvent:
+        self.catch_up_tokens()
+        with self.reading() as conn:
+            rows = self._read(conn, "WHERE e.event_id = ?", (event_id,))
+        if not rows:
+            raise UnknownEventError(f"no event with id {event_id!r} in this store")
+        return rows[0]
+
+    def find_event(self, session_id: str, ref: str) -> RecordedEvent:
+        """An event of the session by its id or a unique prefix of it (at least 6 characters, as
+        `turnlog log` shows them). Raises UnknownEventError naming the problem."""
+        ref = ref.strip()
+        if len(ref) < 6:
+            raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        rows: list[RecordedEvent] = []
+        with self.reading() as conn:
+            segments = lineage_of(conn, session_id, self._lineages)
+            for sid, lo, hi in segments:
+                rows += self._read(
+                    conn,
+                    "WHERE e.event_id = ? AND e.session_id = ? AND e.version BETWEEN ? AND ?",
+                    (ref, sid, lo, hi),
+                )
+            if not rows:
+                for sid, lo, hi in segments:
+                    rows += self._read(
+                        conn,
+                        "WHERE e.session_id = ? AND e.version BETWEEN ? AND ? "
+                        "AND substr(e.event_id, 1, ?) = ? LIMIT 3",
+                        (sid, lo, hi, len(ref), ref),
+                    )
+        if not rows:
+            raise UnknownEventError(
+                f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
+            )
+        if len(rows) > 1:
+            ids = ", ".join(r.event_id[:16] for r in rows)
+            raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
+        return rows[0]
+
+    def head_version(self, session_id: str) -> int:
+        with self._lock, translate(self.path):
+            return head_version_of(self.conn, session_id)
+
+    def head_position(self) -> int:
+        with self._lock, translate(self.path):
+            row = self.conn.execute("SELECT max(position) FROM events").fetchone()
+            return int(row[0] or 0)
+
+    def sessions(self) -> list[SessionSummary]:
+        self.catch_up_tokens()
+        with self.reading() as conn:
+            rows = conn.execute(
+                "SELECT session_id, max(version), count(*), coalesce(sum(tokens), 0), "
+                "min(position), max(position), min(recorded_at), max(recorded_at) "
+                "FROM events GROUP BY session_id ORDER BY min(position)"
+            ).fetchall()
+        return [SessionSummary(*row) for row in rows]
+
+    def require_session(self, session_id: str) -> int:
+        head = self.head_version(session_id)
+        if head == 0:
+            with self._lock, translate(self.path):
+                names = [r[0] for r in self.conn.execute("SELECT DISTINCT session_id FROM events")]
+            raise UnknownSessionError(
+                session_id, difflib.get_close_matches(session_id, names, n=3, cutoff=0.5)
+            )
+        return head
+
+    def get_blob(self, blob_id: str) -> Blob:
+        with self._lock, translate(self.path):
+            row = self.conn.execute(
+                "SELECT id, size, codec, data FROM blobs WHERE id = ?", (blob_id,)
+            ).fetchone()
+        if row is None:
+            raise UnknownArtifactError(
+                f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
+            )
+        try:
+            text = decode_blob(row[2], row[3]).decode("utf-8")
+        except (BlobDecodeError, UnicodeDecodeError) as exc:
+            raise CorruptStoreError(
+                f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
+            ) from exc
+        return Blob(row[0], row[1], text)
+
+    def count_events(self) -> int:
+        """The number of events in the store."""
+        with self._lock, translate(self.path):
+            return int(self.conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    # --- verifying -----------------------------------------------------------------------------
+
+    def verify(self, *, quick: bool = False) -> VerifyReport:
+        """Check the database's integrity (SQLite's full ``integrity_check``; ``quick=True`` runs the
+        faster ``quick_check``, which skips the indexes), the immutability triggers, the hash chain,
+        that every row decodes, every stored token count, and the content blobs."""
+        with self.reading() as conn:
+            return verify_log(
+                conn,
+                self.count_event_tokens,
+                self.tokenizer,
+                quick=quick,
+                counted_through=counted_through(conn),
+            )
+
+
+def records_between(
+    conn: sqlite3.Connection, after: int, through: int, types: Sequence[str] | None = None
+) -> list[RecordedEvent]:
+    """The events with after < position <= through (optionally only some types), read on ``conn``
+    inside the caller's transaction. For projections that materialize in the store's file."""
+    type_filter = ""
+    if types:
+        type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
+    return select_records(
+        conn,
+        f"WHERE e.position > ? AND e.position <= ?{type_filter} ORDER BY e.position",
+        (after, through, *(types or ())),
+    )
+
+
+def lineage_of(
+    conn: sqlite3.Connection, session_id: str, cache: dict[str, list[tuple[str, int, int]]]
+) -> list[tuple[str, int, int]]:
+    """(session, first version, last version) segments of a session's history, oldest first."""
+    found = cache.get(session_id)
+    if found is not None:
+        return found
+    row = conn.execute(
+        "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
+    ).fetchone()
+    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
+    if not parent:
+        segments = [(session_id, 1, 2**62)]
+    else:
+        parent_id, upto = parent
+        prefix = lineage_of(conn, parent_id, cache)
+        segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
+        segments.append((session_id, upto + 1, 2**62))
+    if row is not None:  # the facts of an existing session never change
+        cache[session_id] = segments
+    return segments
+
+
+def position_of(conn: sqlite3.Connection, session_id: str, version: int) -> int | None:
+    """The global position of a session's version, following a fork's lineage."""
+    for sid, lo, hi in lineage_of(conn, session_id, {}):
+        if lo <= version <= hi:
+            row = conn.execute(
+                "SELECT position FROM events WHERE session_id = ? AND version = ?", (sid, version)
+            ).fetchone()
+            return int(row[0]) if row else None
+    return None
+
+
+def head_version_of(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT max(version) FROM events WHERE session_id = ?", (session_id,)).fetchone()
+    return int(row[0] or 0)

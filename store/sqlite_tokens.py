@@ -1,0 +1,124 @@
+"""Token counts: counted once per event with the store's tokenizer, after the commit (deferred)
+or before it (inline), stored in the event's row; a read-only store folds them in memory."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from store.events import Event, SummaryRecorded
+from store.readonly import fold_token_counts
+from store.rows import select_decodable
+from store.sqlite_connection import SQLiteBase, translate
+from store.tokenizer import EXACT_COUNT_LIMIT, estimate_tokens
+
+
+class TokenCountingStore(SQLiteBase):
+    """Counting the tokens of events stored without a count."""
+
+    def count_event_tokens(self, event: Event) -> int:
+        """The tokens an event adds, with this store's tokenizer: exact, except for content over
+        EXACT_COUNT_LIMIT bytes, which is estimated from its size."""
+        if isinstance(event, SummaryRecorded):
+            return event.tokens  # checked against the tokenizer when it was appended
+        total = 0
+        for text in event.token_texts():
+            if len(text) * 4 > EXACT_COUNT_LIMIT and len(text.encode()) > EXACT_COUNT_LIMIT:
+                total += estimate_tokens(len(text.encode()))
+            else:
+                total += self.tokenizer.count(text)
+        return total
+
+    def pending_token_counts(self) -> int:
+        """How many events wait for their token count."""
+        with self.reading() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM events WHERE position > ? AND tokens IS NULL",
+                (counted_through(conn),),
+            ).fetchone()
+            return int(row[0])
+
+    def count_pending(self, limit: int = 2000) -> tuple[list[tuple[int, int]], int] | None:
+        """Count the tokens of up to ``limit`` events stored without a count, outside any
+        transaction. Returns (``[(tokens, position), ...]``, the position every event up to which is
+        then counted), for :func:`write_token_counts`; None when nothing waits."""
+        with self.reading() as conn:
+            start = counted_through(conn)
+            head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+            if start >= head:
+                return None
+            # A row that cannot be decoded stays uncounted (verify reports it) instead of stopping
+            # every read of every session here.
+            pending, seen, last = select_decodable(
+                conn,
+                "WHERE e.position > ? AND e.position <= ? AND e.tokens IS NULL ORDER BY e.position LIMIT ?",
+                (start, head, limit),
+            )
+        # Counted outside any transaction, so writers are never kept waiting by tiktoken.
+        counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
+        return counts, (last if seen == limit and last is not None else head)
+
+    def catch_up_tokens(self) -> int:
+        if self.readonly:
+            return self._fold_tokens()
+        # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
+        # keep a reader here; what it adds meanwhile is counted by the next read.
+        counted = 0
+        target: int | None = None
+        while True:
+            pending = self.count_pending()
+            if pending is None:
+                return counted
+            counts, through = pending
+            if target is None:
+                target = through if len(counts) < 2000 else self.head_position()
+            with self.atomic() as conn:
+                write_token_counts(conn, counts, through)
+            counted += len(counts)
+            if through >= target:
+                return counted
+
+    def _fold_tokens(self) -> int:
+        """A read-only store's catch-up: the counts are made as a writer would make them, but kept
+        in this connection's memory (see :func:`store.readonly.fold_token_counts`)."""
+        counted = 0
+        while True:
+            pending = self.count_pending()
+            if pending is None:
+                return counted
+            counts = pending[0]
+            with self._lock, translate(self.path):
+                fold_token_counts(self.conn, counts)
+            counted += len(counts)
+            if len(counts) < 2000:
+                return counted
+
+    def counted_position(self) -> int:
+        """Every event at or below this position has its token count (stored, or folded in memory
+        by a read-only store)."""
+        with self.reading() as conn:
+            start = counted_through(conn)
+            row = conn.execute(
+                "SELECT min(position) FROM events WHERE position > ? AND tokens IS NULL", (start,)
+            ).fetchone()
+            if row[0] is not None:
+                return int(row[0]) - 1
+            return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+
+
+def write_token_counts(conn: sqlite3.Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
+    """Store counts made by :meth:`SQLiteStore.count_pending`, inside the caller's transaction (a
+    count another process wrote meanwhile is kept, and the watermark only moves forward)."""
+    conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
+    conn.execute(
+        "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+        "WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+        (str(through),),
+    )
+
+
+def counted_through(conn: sqlite3.Connection) -> int:
+    """Every event at or below this position has its token count."""
+    row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'").fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,300 @@
+"""Commands that show a projection of the log: the context for the model, artifacts, the artifact
+index, the todo list, and the token audit."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+from projections.artifacts import artifact_index, list_artifacts, read_artifact
+from projections.capping import MIN_CAP
+from projections.context import ContextPolicy, build_context
+from projections.ledger import audit, load_prices
+from projections.todos import current_todos, render_checklist, todo_history
+from turnlog.actions import write_todos
+from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.output import (
+    at_option,
+    check_json_depth,
+    echo,
+    emit,
+    int_range,
+    json_option,
+    max_tool_tokens_option,
+    read_text,
+    short,
+    table,
+    tokens_range,
+)
+
+
+@cli.command()
+@click.argument("session")
+@click.option("--budget", type=tokens_range(1), required=True, help="Prompt tokens, all included.")
+@max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).")
+@click.option(
+    "--max-message-tokens",
+    type=tokens_range(MIN_CAP),
+    default=4000,
+    show_default=True,
+    help="Cap for an over-long user or assistant message.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["openai", "anthropic", "text"]),
+    default="openai",
+    show_default=True,
+    help="Output format.",
+)
+@at_option("Build it as of this log position (replay).")
+@click.option("--cap-open-run", is_flag=True, help="Cap tool outputs of the open run too.")
+@click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
+@click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
+@json_option
+@pass_ctx
+def context(
+    ctx: _Context,
+    session: str,
+    budget: int,
+    max_tool_tokens: int,
+    max_message_tokens: int,
+    fmt: str,
+    at: int | None,
+    cap_open_run: bool,
+    manifest: bool,
+    record: bool,
+    as_json: bool,
+) -> None:
+    """Build the context to send to the model for SESSION under a token budget.
+
+    System messages, the first user message and pinned messages are always kept; then the newest
+    messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
+    anthropic formats print JSON; text is for people.
+
+    \b
+    Example:
+      turnlog context chat-1 --budget 8000 --format anthropic --manifest
+    """
+    policy = ContextPolicy(
+        budget=budget,
+        max_tool_tokens=max_tool_tokens,
+        max_message_tokens=max_message_tokens,
+        format=fmt,
+        cap_open_run=cap_open_run,
+    )
+    with ctx.open() if record else ctx.read() as store:
+        built = build_context(store, session, policy, at=at, record=record)
+    if fmt == "text" and not as_json:
+        echo(built.rendered)
+        if manifest:
+            echo("\n" + _manifest_table(built.manifest()))
+        return
+    data: Any = built.rendered
+    if manifest or as_json:
+        data = {"messages": built.rendered, "manifest": built.manifest()}
+    emit(data, as_json=True)
+
+
+def _manifest_table(manifest: dict[str, Any]) -> str:
+    rows = [
+        {
+            "#": i,
+            "role": e["role"],
+            "mode": e["mode"],
+            "category": e["category"],
+            "tokens": e["tokens"],
+            "events": ",".join(x[:12] for x in e["event_ids"]),
+        }
+        for i, e in enumerate(manifest["entries"], 1)
+    ]
+    head = (
+        f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens "
+        f"({manifest['tokenizer']}), {manifest['omitted_messages']:,} messages left out"
+    )
+    return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
+
+
+@cli.command()
+@click.argument("session")
+@at_option()
+@json_option
+@pass_ctx
+def artifacts(ctx: _Context, session: str, at: int | None, as_json: bool) -> None:
+    """List SESSION's artifacts: files written and tool outputs kept whole.
+
+    \b
+    Example:
+      turnlog artifacts chat-1
+    """
+    with ctx.read() as store:
+        found = list_artifacts(store, session, at=at)
+    if as_json:
+        emit([dataclasses.asdict(a) for a in found], as_json=True)
+        return
+    rows = [
+        {
+            "id": a.short_id,
+            "source": a.source,
+            "name": short(a.name, 40),
+            "type": a.media_type,
+            "bytes": a.size,
+            "tokens": a.tokens if a.tokens_exact else f"~{a.tokens}",
+            "pos": a.position,
+        }
+        for a in found
+    ]
+    emit(rows, as_json=False, columns=["id", "source", "name", "type", "bytes", "tokens", "pos"])
+
+
+@cli.command()
+@click.argument("artifact_id")
+@click.option("--offset", type=int_range(0), default=0, help="First line (0-based).")
+@click.option("--limit", type=int_range(1), default=200, show_default=True, help="Lines.")
+@click.option("--max-tokens", type=tokens_range(1), help="Fewer lines so the page fits.")
+@json_option
+@pass_ctx
+def artifact(
+    ctx: _Context, artifact_id: str, offset: int, limit: int, max_tokens: int | None, as_json: bool
+) -> None:
+    """Print an artifact's content by id (or a unique prefix of 8+ characters), a page of lines
+    at a time; the notice says which offset comes next.
+
+    \b
+    Example:
+      turnlog artifact 3f9a1c2b7d4e --offset 200 --limit 100
+    """
+    with ctx.read() as store:
+        page = read_artifact(store, artifact_id, offset=offset, limit=limit, max_tokens=max_tokens)
+    emit(dataclasses.asdict(page), as_json=as_json, text=page.render())
+
+
+@cli.command()
+@click.argument("session")
+@at_option()
+@click.option("--max-chars", type=int_range(200), default=32768, show_default=True)
+@json_option
+@pass_ctx
+def index(ctx: _Context, session: str, at: int | None, max_chars: int, as_json: bool) -> None:
+    """Print the one-line-per-artifact index an agent reads before fetching what it needs.
+
+    \b
+    Example:
+      turnlog index chat-1
+    """
+    with ctx.read() as store:
+        text = artifact_index(store, session, at=at, max_chars=max_chars)
+    emit({"index": text}, as_json=as_json, text=text)
+
+
+@cli.command()
+@click.argument("session")
+@at_option()
+@click.option("--history", is_flag=True, help="Every version of the list, oldest first.")
+@click.option(
+    "--write",
+    "source",
+    type=click.File("rb"),
+    help="Replace the list with JSON read from FILE ('-': standard input): a list of strings or "
+    'of {"content", "status", "id"} objects.',
+)
+@json_option
+@pass_ctx
+def todos(ctx: _Context, session: str, at: int | None, history: bool, source: Any, as_json: bool) -> None:
+    """Show SESSION's todo list as the checklist given to the model, or replace it with --write.
+
+    \b
+    Examples:
+      turnlog todos chat-1
+      echo '["write the test", {"content": "fix it", "status": "in_progress"}]' \\
+        | turnlog todos chat-1 --write -
+    """
+    if source is not None:
+        text = read_text(source)
+        check_json_depth(text, "--write")
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"--write: malformed JSON: {exc.msg}") from None
+        if not isinstance(items, list):
+            raise click.ClickException("--write: expected a JSON list of todo items")
+        with ctx.open(create=True) as store:
+            write_todos(store, session, items)
+            current = current_todos(store, session)
+        emit([i.model_dump() for i in current], as_json=as_json, text=render_checklist(current))
+        return
+    with ctx.read() as store:
+        if history:
+            snapshots = todo_history(store, session, at=at)
+            data = [
+                {"position": h.position, "version": h.version, "items": [i.model_dump() for i in h.items]}
+                for h in snapshots
+            ]
+            text = "\n\n".join(
+                f"version {h.version} (position {h.position}):\n{render_checklist(h.items)}"
+                for h in snapshots
+            )
+            emit(data, as_json=as_json, text=text or "no todo list yet")
+            return
+        current = current_todos(store, session, at=at)
+    emit([i.model_dump() for i in current], as_json=as_json, text=render_checklist(current))
+
+
+@cli.command("audit")
+@click.argument("session", required=False)
+@click.option(
+    "--by",
+    type=click.Choice(["session", "run", "model", "day", "category"]),
+    default="session",
+    show_default=True,
+    help="How to group the rows.",
+)
+@click.option(
+    "--prices",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A price table (JSON, USD per million tokens) instead of the bundled one.",
+)
+@json_option
+@pass_ctx
+def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_json: bool) -> None:
+    """Where the tokens went: billed usage, tokens appended, tokens sent per category, and cost.
+
+    \b
+    Examples:
+      turnlog audit --by model
+      turnlog audit chat-1 --by category
+    """
+    table_of_prices = load_prices(prices)
+    with ctx.read() as store:
+        report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
+    rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
+    rows[-1]["key"] = "TOTAL"
+    if as_json:
+        emit(
+            {
+                "by": report.by,
+                "session_id": report.session_id,
+                "rows": rows[:-1],
+                "totals": rows[-1],
+                "unknown_models": list(report.unknown_models),
+                "prices": {"date": report.prices_date, "source": report.prices_source},
+            },
+            as_json=True,
+        )
+        return
+    for row in rows:
+        row[by] = row.pop("key") if row["key"] is not None else "-"
+        row["cost"] = "" if row["cost"] is None else f"${row['cost']:.4f}"
+    columns = [by, "calls", "input", "output", "cache_read", "reasoning", "appended", "sent", "cost"]
+    if by == "category":
+        columns = [by, "contexts", "sent"]
+    text = table(rows, columns)
+    if by != "category":
+        origin = "--prices file" if prices else "the bundled table"
+        text += f"\n(cost: USD, prices of {report.prices_date} from {origin})"
+    if report.unknown_models:
+        text += "\nno price for: " + ", ".join(report.unknown_models)
+    emit(rows, as_json=False, text=text)
