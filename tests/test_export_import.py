@@ -32,13 +32,17 @@ from store import (
     InvalidEventError,
     MessageAppended,
     MessagePinned,
+    MessageRemoved,
     MessageUnpinned,
+    Origin,
     Pin,
     RecordedEvent,
     RunFinished,
     RunStarted,
+    SessionRewound,
     SessionStarted,
     SQLiteStore,
+    StateRecorded,
     TodoItem,
     TodosUpdated,
     ToolCall,
@@ -112,6 +116,22 @@ def full_session(store: SQLiteStore, session_id: str = "full") -> list[RecordedE
     build_context(store, session_id, ContextPolicy(budget=4000), record=True, run_id="run-1", model="gpt-4o")
     if "summary_recorded" in EVENT_CLASSES:
         store.append(session_id, [_summary(store, last_version=4)])
+    last = MessageAppended(role="assistant", content="", origin=Origin(framework="f", item={"id": [1, None]}))
+    store.append(
+        session_id,
+        [
+            StateRecorded(
+                framework="langgraph",
+                namespace="",
+                key="c1",
+                media_type="application/json",
+                content=BIG_ARTIFACT,
+            ),
+            last,
+            MessageRemoved(target_event_ids=(last.event_id,), reason="RemoveMessage"),
+            SessionRewound(to_version=3, reason="time_travel"),
+        ],
+    )
     return store.read_session(session_id)
 
 
