@@ -15,10 +15,12 @@ from store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,
+    MessageRemoved,
     RunFinished,
     RunStarted,
     SessionStarted,
     SQLiteStore,
+    StateRecorded,
     SummaryRecorded,
     TodoItem,
     TodosUpdated,
@@ -73,7 +75,11 @@ def _seed(db: Path) -> dict[str, str]:
                     tokens=store.tokenizer.count(summary_context_text(3, 5, HOSTILE)),
                     summarizer=SummarizerInfo(name=HOSTILE, model=HOSTILE),
                     key="0" * 64,
-                )
+                ),
+                StateRecorded(
+                    framework=HOSTILE, namespace=HOSTILE, key=HOSTILE, media_type=HOSTILE, content=HOSTILE
+                ),
+                MessageRemoved(target_event_ids=(first.event_id,), reason=HOSTILE, source=HOSTILE),
             ],
         )
     assert artifact_id is not None
@@ -128,6 +134,7 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         (["pin", SID, ids["message"], "--reason", HOSTILE], None),
         (["unpin", SID, ids["message"], "--reason", HOSTILE], None),
         (["fork", SID, "--at", "5", "--into", "s2", "--title", HOSTILE], None),
+        (["rewind", SID, "--to-version", "14", "--note", HOSTILE], None),
         (["rebuild", "--quiet"], None),
         (["compact", SID, "--budget", "300", "--keep-last", "1", "--dry-run"], None),
         (["compact", SID, "--budget", "300", "--keep-last", "1", "--allow-over-budget"], None),
