@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, JsonValue, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 
 from store.event_base import EventModel, Identifier, Sha256, ValueModel
 from store.limits import MAX_REMOVED_TARGETS, MAX_SIZE, JsonObject, Position, shallow
@@ -26,7 +26,8 @@ class Origin(ValueModel):
 
     framework: Name
     """The framework that wrote it (``openai-agents``, ``langchain``, ``langgraph``, ``pydantic-ai``)."""
-    item: Annotated[JsonValue, AfterValidator(shallow)] = None
+    # Before pydantic walks the value (it recurses): a too-deep item gets one clear error.
+    item: Annotated[JsonValue, BeforeValidator(shallow)] = None
     """The item exactly as the framework gave it (any JSON, at most MAX_JSON_DEPTH levels deep)."""
 
 

@@ -458,6 +458,26 @@ def _nested(depth: int, kind: str = "list") -> Any:
             },
             id="tool-call-arguments",
         ),
+        pytest.param(
+            lambda v: {
+                "type": "message_appended",
+                "role": "user",
+                "origin": {"framework": "f", "item": {"x": v}},
+            },
+            id="origin-item",
+        ),
+        pytest.param(
+            lambda v: {
+                "type": "state_recorded",
+                "framework": "f",
+                "namespace": "",
+                "key": "k",
+                "media_type": "application/json",
+                "content": "{}",
+                "metadata": {"x": v},
+            },
+            id="state-metadata",
+        ),
     ],
 )
 def test_json_nested_too_deep_is_refused_at_input(make: Any) -> None:

@@ -140,3 +140,10 @@ def test_the_new_types_are_in_the_union() -> None:
 def test_bad_new_events_are_refused_naming_the_field(data: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidEventError, match=message):
         parse_event(data)
+
+
+def test_the_new_models_are_exported_by_turnlog_too() -> None:
+    import turnlog
+
+    for name in ("SessionRewound", "MessageRemoved", "StateRecorded", "Origin"):
+        assert name in turnlog.__all__ and getattr(turnlog, name).__module__ == "store.events_loop"
