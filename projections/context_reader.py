@@ -83,16 +83,19 @@ class ContextReader:
     def _retained(self) -> tuple[list[Row], set[int]]:
         """System messages, the first user message and pinned messages, each with its whole unit
         (a call with its returns)."""
-        versions = {
-            r.version
-            for r in self._rows(
-                # INDEXED BY: SQLite does not choose a partial index for an OR on its own, and the
-                # primary key would read every row of the session.
-                "AND version <= ? AND (role = 'system' OR first_user = 1)",
-                (self.head_version,),
-                hint="INDEXED BY ctx_messages_retained",
-            )
-        }
+        retained = self._rows(
+            # INDEXED BY: SQLite does not choose a partial index for an OR on its own, and the
+            # primary key would read every row of the session.
+            "AND version <= ? AND (role = 'system' OR first_user = 1)",
+            (self.head_version,),
+            hint="INDEXED BY ctx_messages_retained",
+        )
+        versions = {r.version for r in retained}
+        if self.dead and not any(r.first_user for r in retained):
+            # The first user message was rewound or removed: the first live one takes its place.
+            first = self._first_live_user()
+            if first is not None:
+                versions.add(first)
         with self.store.reading() as conn:
             pinned = {
                 v
@@ -120,6 +123,23 @@ class ContextReader:
                 }
         all_rows = self._rows_in(versions)
         return all_rows, pinned
+
+    def _first_live_user(self) -> int | None:
+        """The first user message not in a range that is not live: one seek per such range."""
+        start = 1
+        with self.store.reading() as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT version FROM ctx_messages WHERE session_id = ? AND role = 'user' "
+                    "AND version >= ? AND version <= ? ORDER BY version LIMIT 1",
+                    (self.sid, start, self.head_version),
+                ).fetchone()
+                if row is None:
+                    return None
+                gap = next((g for g in self.dead if g[0] <= row[0] <= g[1]), None)
+                if gap is None:
+                    return int(row[0])
+                start = gap[1] + 1
 
     def _rows_in(self, versions: set[int]) -> list[Row]:
         found: list[Row] = []

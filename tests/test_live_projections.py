@@ -181,3 +181,14 @@ def test_replay_shows_each_call_with_the_live_set_of_its_time(tmp_path: Path) ->
         assert _texts(first) == ["first question"]
         assert _texts(second) == ["second"]
         assert calls[1].dropped == [undone.event_id]
+
+
+def test_after_a_delete_the_new_generations_first_user_message_is_kept(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.append("a", [MessageAppended(role="user", content="old task")])
+        s.append("a", [SessionRewound(to_version=0, reason="delete")])
+        s.append("a", [MessageAppended(role="user", content="the new task " * 20)])
+        s.append("a", [MessageAppended(role="assistant", content=f"step {i} " * 30) for i in range(30)])
+        built = build_context(s, "a", ContextPolicy(budget=400, format="openai"))
+        assert built.messages[0].content.startswith("the new task")
+        assert all("old task" not in m.content for m in built.messages)
