@@ -210,6 +210,20 @@ class ContextReader:
                     (self.sid, self.at, self.sid, self.at, self.at),
                 )
             ]
+            if self.dead:
+                # A summary replaced by one that a rewind or a removal undid counts again: only
+                # sessions with ranges that are not live pay for this read.
+                found += [
+                    SummaryRow(*row[:6])
+                    for row in conn.execute(
+                        "SELECT s.version, s.event_id, s.first_version, s.last_version, s.level, s.tokens, "
+                        "r.version FROM ctx_summaries s JOIN ctx_summaries r ON r.session_id = s.session_id "
+                        "AND r.position = s.superseded_at WHERE s.session_id = ? AND s.superseded_at <= ? "
+                        "AND s.position <= ?",
+                        (self.sid, self.at, self.at),
+                    )
+                    if is_dead(self.dead, row[6])
+                ]
         # A summary whose covered range is not wholly live (or that was itself rewound) is not shown.
         found = [
             s

@@ -192,3 +192,15 @@ def test_after_a_delete_the_new_generations_first_user_message_is_kept(tmp_path:
         built = build_context(s, "a", ContextPolicy(budget=400, format="openai"))
         assert built.messages[0].content.startswith("the new task")
         assert all("old task" not in m.content for m in built.messages)
+
+
+def test_a_summary_replaced_by_an_undone_one_is_shown_again(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.append("a", [MessageAppended(role="user", content=f"u{i}") for i in range(4)])
+        s.append("a", [summary(1, 2, "early part")])  # 5
+        s.append("a", [summary(1, 3, "longer part", level=1)])  # 6: replaces the first
+        assert _texts(build_context(s, "a", POLICY))[0].endswith("longer part")
+        s.append("a", [SessionRewound(to_version=5)])
+        texts = _texts(build_context(s, "a", POLICY))
+        assert texts[0].endswith("early part") and texts[-2:] == ["u2", "u3"]  # (u0: the first user message)
+        assert not any("longer part" in t for t in texts)
