@@ -333,6 +333,11 @@ class ContextBuilder(ContextReader):
                     versions=tuple(r.version for r in rows),
                 )
             )
+        blocks += [
+            Block("gap", lo, min(hi, self.head_version), 0, 0)
+            for lo, hi in self.dead
+            if lo <= self.head_version
+        ]
         blocks.sort(key=lambda b: (b.first, b.kind != "summary"))
         return blocks
 

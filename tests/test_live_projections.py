@@ -204,3 +204,24 @@ def test_a_summary_replaced_by_an_undone_one_is_shown_again(tmp_path: Path) -> N
         texts = _texts(build_context(s, "a", POLICY))
         assert texts[0].endswith("early part") and texts[-2:] == ["u2", "u3"]  # (u0: the first user message)
         assert not any("longer part" in t for t in texts)
+
+
+def test_compaction_after_a_removal_writes_summaries_the_context_shows(tmp_path: Path) -> None:
+    from turnlog.compaction import CompactionOptions, compact
+
+    with open_store(tmp_path / "s.db") as s:
+        msgs = [
+            MessageAppended(role="user" if i % 2 == 0 else "assistant", content=f"part {i} " + "word " * 80)
+            for i in range(30)
+        ]
+        s.append("a", msgs)
+        s.append("a", [MessageRemoved(target_event_ids=(msgs[10].event_id,))])
+        policy = ContextPolicy(budget=1200, format="openai")
+        result = compact(s, "a", policy, options=CompactionOptions(keep_last=4))
+        assert result.appended
+        written = [r.event for r in result.appended]
+        assert all(not (e.first_version <= 11 <= e.last_version) for e in written)  # type: ignore[union-attr]
+        built = build_context(s, "a", policy)
+        shown = {e.event_ids[0] for e in built.entries if e.mode == "summary"}
+        assert shown and shown <= {e.event_id for e in written}
+        assert built.total_tokens <= 1200

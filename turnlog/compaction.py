@@ -310,17 +310,24 @@ def _next_condense(part: list[Block | PlannedStep], options: CompactionOptions) 
                         covers=tuple(_ref(c) for c in chosen),
                     )
                     return _replace(part, run[0], run[-1] + 1, step)
-            elif is_summary or (isinstance(item, Block) and item.kind == "unit"):
-                run = []  # another level or raw messages in between: not adjacent
+            elif is_summary or (isinstance(item, Block) and item.kind in ("unit", "gap")):
+                # Another level, raw messages or a range that is not live in between: not adjacent.
+                run = []
     return None
 
 
 def _truncate(part: list[Block | PlannedStep]) -> PlannedStep | None:
     """The last tier: everything before the raw tail but the retained messages, in one short,
     fixed text. Only when it merges two or more pieces, so it always ends."""
-    pieces = [
-        (i, item) for i, item in enumerate(part) if isinstance(item, PlannedStep) or item.kind != "retained"
-    ]
+    # A summary must not span a range that is not live (it would never be shown): the pieces are
+    # taken from the oldest stretch between such ranges that has two or more.
+    stretches: list[list[tuple[int, Block | PlannedStep]]] = [[]]
+    for i, item in enumerate(part):
+        if isinstance(item, Block) and item.kind == "gap":
+            stretches.append([])
+        elif isinstance(item, PlannedStep) or item.kind != "retained":
+            stretches[-1].append((i, item))
+    pieces = next((stretch for stretch in stretches if len(stretch) >= 2), [])
     if len(pieces) < 2:
         return None
     chosen = [item for _, item in pieces]
