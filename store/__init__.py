@@ -55,7 +55,7 @@ from store.events import (
     parse_event,
     parse_events_json,
 )
-from store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth
+from store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth, recorded_time
 from store.sqlite import INLINE_LIMIT, SQLiteStore
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
@@ -118,4 +118,5 @@ __all__ = [
     "new_event_id",
     "parse_event",
     "parse_events_json",
+    "recorded_time",
 ]

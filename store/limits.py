@@ -3,6 +3,7 @@ nothing stored can overflow a sum or be too deep to read back. Importers call ch
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -107,3 +108,18 @@ def shallow(value: Any) -> Any:
 
 JsonObject = Annotated[dict[str, JsonValue], BeforeValidator(shallow)]
 """A JSON object field: at most MAX_JSON_DEPTH levels of nesting."""
+
+
+def recorded_time(value: object, where: str) -> str:
+    """A given time of recording in the store's own format (UTC, microseconds, as the store writes
+    it), or InvalidEventError naming ``where``: an ISO 8601 time with a UTC offset."""
+    try:
+        when = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidEventError(
+            f"{where} {str(value)[:60]!r} is not an ISO 8601 time with a UTC offset "
+            "(such as 2025-01-31T12:00:00.000000+00:00)"
+        )
+    return when.astimezone(datetime.UTC).isoformat(timespec="microseconds")

@@ -5,7 +5,6 @@ content-addressed blob), the batch checked against the session, hash-chained and
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
 import re
 import sqlite3
@@ -38,6 +37,7 @@ from store.events import (
     parse_event,
 )
 from store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
+from store.limits import recorded_time
 from store.rows import GENESIS_HASH, gc_paused
 from store.sqlite_connection import now
 from store.sqlite_reading import ReadingStore, head_version_of, lineage_of
@@ -516,19 +516,7 @@ def _recorded_times(values: Sequence[str], count: int) -> list[str]:
         raise InvalidEventError(
             f"recorded_at holds {len(values)} times for {count} events; give one per event"
         )
-    times = []
-    for index, value in enumerate(values, 1):
-        try:
-            when = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
-        except ValueError:
-            when = None
-        if when is None or when.tzinfo is None:
-            raise InvalidEventError(
-                f"recorded_at of event {index}: {str(value)[:60]!r} is not an ISO 8601 time with a UTC "
-                "offset (such as 2025-01-31T12:00:00.000000+00:00)"
-            )
-        times.append(when.astimezone(datetime.UTC).isoformat(timespec="microseconds"))
-    return times
+    return [recorded_time(value, f"recorded_at of event {index}:") for index, value in enumerate(values, 1)]
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

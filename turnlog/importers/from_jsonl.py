@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 from typing import Any
 
-from store import Event, InvalidEventError, SessionStarted, parse_event
+from store import Event, InvalidEventError, SessionStarted, parse_event, recorded_time
 from turnlog.importers.base import Conversation, json_lines, load_json
 
 
@@ -107,18 +106,7 @@ def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:
 
 def _recorded_at(value: Any, where: str) -> str | None:
     """The line's time of recording, in the store's format (UTC, microseconds), if it has one."""
-    if value is None:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        raise InvalidEventError(
-            f"{where}: recorded_at {str(value)[:60]!r} is not an ISO 8601 time with a UTC offset "
-            "(such as 2025-01-31T12:00:00.000000+00:00)"
-        )
-    return when.astimezone(datetime.UTC).isoformat(timespec="microseconds")
+    return None if value is None else recorded_time(value, f"{where}: recorded_at")
 
 
 _JSONL_REQUIRED = ("session_id", "version", "event_id", "type", "event")
