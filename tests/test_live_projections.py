@@ -225,3 +225,15 @@ def test_compaction_after_a_removal_writes_summaries_the_context_shows(tmp_path:
         shown = {e.event_ids[0] for e in built.entries if e.mode == "summary"}
         assert shown and shown <= {e.event_id for e in written}
         assert built.total_tokens <= 1200
+
+
+def test_a_read_only_store_folds_the_live_set_it_has_not_materialized(tmp_path: Path) -> None:
+    from store import SQLiteStore
+
+    db = tmp_path / "s.db"
+    with SQLiteStore.open(db) as s:  # no projections materialized in the file
+        s.append("a", [MessageAppended(role="user", content=f"u{i}") for i in range(3)])
+        s.append("a", [SessionRewound(to_version=1)])
+    with open_store(db, readonly=True) as r:
+        assert _texts(build_context(r, "a", POLICY)) == ["u0"]
+        assert next(i for i in list_sessions(r) if i.session_id == "a").user_messages == 1
