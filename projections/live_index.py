@@ -111,6 +111,7 @@ def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemov
             )
             if not is_dead(dead, v)
         )
+    versions.add(record.version)  # its own version, never live: it lets neighbouring ranges merge
     conn.executemany(
         "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
         [(sid, v, v, record.position) for v in versions],
@@ -131,11 +132,12 @@ def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewou
         "FROM live_gaps WHERE session_id = ? AND dead_at <= ? AND alive_at > ? AND alive_at < ?",
         (position, sid, then, then, position),
     )
-    if event.to_version + 1 <= record.version - 1:
-        conn.execute(
-            "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
-            (sid, event.to_version + 1, record.version - 1, position),
-        )
+    # The range takes in the rewind's own version (never live anyway), so that successive pops
+    # make adjacent ranges that readers merge into one.
+    conn.execute(
+        "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
+        (sid, event.to_version + 1, record.version, position),
+    )
 
 
 def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
