@@ -1,0 +1,251 @@
+"""turnlog as an OpenAI Agents SDK session: ``TurnlogSession(session_id, db=...)`` implements the SDK's
+``Session`` protocol (``get_items``, ``add_items``, ``pop_item``, ``clear_session``), so
+``Runner.run(agent, input, session=TurnlogSession("conv-1", db="turnlog.db"))`` keeps the conversation
+in turnlog's log.
+
+Mapping (one SDK item = one turnlog event, the item verbatim in the event's ``origin``, so
+``get_items`` gives back exactly what was added):
+
+- ``message`` of role user / system / developer -> ``message_appended`` user / system (developer
+  counts as system); of role assistant -> an assistant ``message_appended`` with the text of its
+  ``output_text`` and ``refusal`` parts;
+- ``function_call`` / ``custom_tool_call`` -> an assistant ``message_appended`` with one tool call;
+- ``function_call_output`` / ``custom_tool_call_output`` -> ``tool_returned`` for that call;
+- every other item (``reasoning``, web search, MCP, ``compaction``, types this SDK version does not
+  know yet) -> an assistant ``message_appended`` with empty text: it keeps its place in the order
+  and the item count, and the model never sees reasoning as if it were an answer.
+
+``pop_item`` and ``clear_session`` delete nothing: they append ``session_rewound`` (reason ``pop``,
+or ``clear`` to version 0), which every projection honours; ``turnlog log`` still shows all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from store import (
+    Event,
+    MessageAppended,
+    Origin,
+    RecordedEvent,
+    SessionRewound,
+    SQLiteStore,
+    ToolCall,
+    ToolReturned,
+    VersionConflictError,
+)
+from turnlog.integrations import StoreLike, open_for_adapter, require
+
+__all__ = ["FRAMEWORK", "TurnlogSession", "event_for_item"]
+
+_memory = require("agents.memory", "openai-agents")
+_settings_mod = require("agents.memory.session_settings", "openai-agents")
+
+FRAMEWORK = "openai-agents"
+"""The ``origin.framework`` of every event this adapter writes."""
+
+_CALL_TYPES = ("function_call", "custom_tool_call")
+_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output")
+_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+
+
+def _text(content: Any) -> str:
+    """The readable text of a message's content: a string, or the text of its text parts."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping):
+                for key in ("text", "refusal"):
+                    value = part.get(key)
+                    if isinstance(value, str):
+                        parts.append(value)
+    return "\n".join(parts)
+
+
+def _mapped(item: Mapping[str, Any], origin: Origin) -> Event | None:
+    kind, role, call_id = item.get("type", "message"), item.get("role"), item.get("call_id")
+    if kind == "message" and isinstance(role, str) and role in _ROLES:
+        role = _ROLES[role]
+        return MessageAppended(role=role, content=_text(item.get("content")), origin=origin)
+    if kind in _CALL_TYPES and isinstance(call_id, str) and isinstance(item.get("name"), str):
+        arguments = item.get("arguments", item.get("input", "{}"))
+        call = ToolCall(
+            id=call_id,
+            name=item["name"],
+            arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+        )
+        return MessageAppended(role="assistant", tool_calls=(call,), origin=origin)
+    if kind in _OUTPUT_TYPES and isinstance(call_id, str):
+        output = item.get("output", "")
+        content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+        return ToolReturned(tool_call_id=call_id, content=content, origin=origin)
+    return None
+
+
+def event_for_item(item: Mapping[str, Any]) -> Event:
+    """The turnlog event one SDK item is stored as (see the module's docstring for the mapping).
+
+    An item whose fields do not fit the mapped event (a call id with spaces, a missing name) is
+    still stored losslessly, as an empty assistant message carrying it in ``origin``."""
+    origin = Origin(framework=FRAMEWORK, item=dict(item))
+    try:
+        event = _mapped(item, origin)
+    except ValidationError:
+        event = None
+    return event if event is not None else MessageAppended(role="assistant", origin=origin)
+
+
+def _item_of(record: RecordedEvent) -> Any | None:
+    """The SDK item a record holds, or None for a record that is not one of this adapter's items."""
+    origin = getattr(record.event, "origin", None)
+    if isinstance(origin, Origin) and origin.framework == FRAMEWORK:
+        return origin.item
+    return None
+
+
+class TurnlogSession:
+    """An OpenAI Agents SDK session kept in a turnlog store (the SDK's ``Session`` protocol).
+
+    ``db`` is a store's path or an open :class:`store.SQLiteStore` (then it stays the caller's to
+    close). ``session_settings`` (a ``SessionSettings`` or a dict of its fields) gives the default
+    ``limit`` of ``get_items``, as on ``SQLiteSession``. Several sessions (ids) share one store
+    without seeing each other; two objects with the same id and store share the conversation.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        db: StoreLike,
+        session_settings: Any | None = None,
+    ) -> None:
+        self.session_id = session_id
+        # As SQLiteSession: no settings means SessionSettings() (no default limit).
+        self.session_settings = (
+            _settings_mod.SessionSettings()
+            if session_settings is None
+            else _settings_mod.coerce_session_settings(session_settings)
+        )
+        self._store, self._owned = open_for_adapter(db)
+        # Calls run in worker threads (asyncio.to_thread) and may come from several event loops at
+        # once: a threading lock, never an asyncio.Lock, orders this object's read-then-write steps.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def store(self) -> SQLiteStore:
+        """The turnlog store this session writes to."""
+        return self._store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"TurnlogSession {self.session_id!r} is closed: create a new TurnlogSession to use it again"
+            )
+
+    def close(self) -> None:
+        """Close the store if this session opened it; afterwards every call raises RuntimeError."""
+        if not self._closed:
+            self._closed = True
+            if self._owned:
+                self._store.close()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _live_tail(self, limit: int | None) -> list[tuple[RecordedEvent, Any]]:
+        """The newest ``limit`` live items (all with None), oldest first, read from the tail."""
+        from projections.live import live_marks  # here: keeps `import turnlog.integrations` light
+
+        head = self._store.head_version(self.session_id)
+        window = head if limit is None else min(head, 2 * limit + 16)
+        while True:
+            records = self._store.read_tail(self.session_id, window) if window else []
+            marks = live_marks(self._store, self.session_id, records)
+            items = [
+                (record, item)
+                for record, live in zip(records, marks, strict=True)
+                if live and (item := _item_of(record)) is not None
+            ]
+            if limit is None or len(items) >= limit or window >= head:
+                return items if limit is None else items[len(items) - min(limit, len(items)) :]
+            window = min(head, window * 4)
+
+    def _get_items(self, limit: int | None) -> list[Any]:
+        self._check_open()
+        if limit is None or limit < 0:  # SQLiteSession: a negative limit returns everything
+            return [item for _, item in self._live_tail(None)]
+        if limit == 0:
+            return []
+        return [item for _, item in self._live_tail(limit)]
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The session's items in chronological order; with ``limit`` (or the session settings'
+        limit) the latest ``limit`` of them, still oldest first; 0 gives ``[]``, a negative limit
+        everything (as ``SQLiteSession``)."""
+        resolved = _settings_mod.resolve_session_limit(limit, self.session_settings)
+        return await asyncio.to_thread(self._get_items, resolved)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _add_items(self, items: list[Any]) -> None:
+        self._check_open()
+        if not items:
+            return
+        events = [event_for_item(item) for item in items]
+        # An output item does not name its tool; its call usually sits in the same batch.
+        names = {c.id: c.name for e in events if isinstance(e, MessageAppended) for c in e.tool_calls or ()}
+        events = [
+            e.model_copy(update={"tool_name": names[e.tool_call_id]})
+            if isinstance(e, ToolReturned) and e.tool_call_id in names
+            else e
+            for e in events
+        ]
+        # One batch = one atomic append: the SDK's recovery treats a batch as all-or-nothing.
+        self._store.append(self.session_id, events)
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append items, all in one atomic append."""
+        await asyncio.to_thread(self._add_items, list(items))
+
+    def _rewind(self, reason: str, target: int, expected: int) -> None:
+        event = SessionRewound(to_version=target, reason=reason, source=FRAMEWORK)
+        self._store.append(self.session_id, [event], expected_version=expected)
+
+    def _pop_item(self) -> Any | None:
+        self._check_open()
+        with self._lock:
+            while True:
+                head = self._store.head_version(self.session_id)
+                last = self._live_tail(1)
+                if not last:
+                    return None
+                record, item = last[0]
+                try:
+                    # Back to the version just before the item: the live set as it was then.
+                    self._rewind("pop", record.version - 1, head)
+                except VersionConflictError:
+                    continue  # another writer appended meanwhile: look again
+                return item
+
+    async def pop_item(self) -> Any | None:
+        """Remove and return the latest item (None when the session is empty), by appending a
+        ``session_rewound`` to the version before it."""
+        return await asyncio.to_thread(self._pop_item)
+
+    def _clear(self) -> None:
+        self._check_open()
+        with self._lock:
+            head = self._store.head_version(self.session_id)
+            if head and self._live_tail(1):
+                self._rewind("clear", 0, head)
+
+    async def clear_session(self) -> None:
+        """Empty the session (a ``session_rewound`` to version 0; the log keeps everything)."""
+        await asyncio.to_thread(self._clear)
