@@ -334,3 +334,57 @@ def test_the_example_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "It is sunny in Paris." in result.stdout and "tool_returned" in result.stdout
+
+
+def long_msg(i: int) -> Any:
+    return {"role": "user", "content": f"message {i}: " + "words of a long message " * 40}
+
+
+@pytest.mark.asyncio
+async def test_forced_compaction_appends_a_summary_and_changes_no_item(tmp_path: Path) -> None:
+    s = TurnlogSession("c", db=tmp_path / "t.db")
+    await s.run_compaction({"force": True})  # an empty session: nothing to do
+    assert s.store.head_version("c") == 0
+    items = [long_msg(i) for i in range(12)]
+    await s.add_items(items)
+    await s.run_compaction()  # fits the default budget: nothing appended
+    assert s.store.head_version("c") == 12
+    await s.run_compaction({"force": True})
+    records = s.store.read_session("c")
+    assert [r.type for r in records[12:]] == ["summary_recorded"]
+    assert await s.get_items() == items
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_the_runner_compacts_after_a_turn_and_the_budgeted_input_stays_bounded(tmp_path: Path) -> None:
+    s = TurnlogSession("c", db=tmp_path / "t.db", budget=1500)
+    await s.add_items([long_msg(i) for i in range(30)])
+    model = ScriptedModel([[assistant_message("ok")]])  # its response id makes the runner call run_compaction
+    config = RunConfig(call_model_input_filter=s.model_input_filter)
+    await Runner.run(Agent(name="a", model=model), "now", session=s, run_config=config)
+    sent = model.calls[-1].input
+    assert isinstance(sent, list) and 1 < len(sent) < 30 and sent[-1] == {"content": "now", "role": "user"}
+    assert "earlier messages" in json.dumps(sent)  # turnlog's notice of what it left out
+    assert len(await s.get_items()) == 32  # the history is whole: only the new turn was added
+    assert any(isinstance(r.event, SummaryRecorded) for r in s.store.read_session("c"))
+    budgeted = await s.budgeted_items()
+    assert budgeted[-1]["content"] == [
+        {"annotations": [], "text": "ok", "type": "output_text", "logprobs": []}
+    ]
+    assert budgeted[-2] == {"content": "now", "role": "user"} and len(budgeted) < 30
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_the_model_input_filter_keeps_a_tool_loop_whole_under_a_large_budget(tmp_path: Path) -> None:
+    s = TurnlogSession("c", db=tmp_path / "t.db")
+    model = weather_model()
+    agent = Agent(name="a", instructions="be brief", model=model, tools=[get_weather])
+    config = RunConfig(call_model_input_filter=s.model_input_filter)
+    result = await Runner.run(agent, "Weather in Paris?", session=s, run_config=config)
+    assert result.final_output == "It is sunny in Paris."
+    stored = await s.get_items()
+    assert model.calls[0].input == stored[:1] and model.calls[1].input == stored[:3]
+    assert model.calls[1].system_instructions == "be brief"
+    s.close()

@@ -42,10 +42,13 @@ from store import (
 )
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
-__all__ = ["FRAMEWORK", "TurnlogSession", "event_for_item"]
+__all__ = ["DEFAULT_BUDGET", "FRAMEWORK", "TurnlogSession", "event_for_item"]
 
 _memory = require("agents.memory", "openai-agents")
 _settings_mod = require("agents.memory.session_settings", "openai-agents")
+
+DEFAULT_BUDGET = 8000
+"""The default token budget of the budgeted context and of compaction."""
 
 FRAMEWORK = "openai-agents"
 """The ``origin.framework`` of every event this adapter writes."""
@@ -116,8 +119,10 @@ class TurnlogSession:
 
     ``db`` is a store's path or an open :class:`store.SQLiteStore` (then it stays the caller's to
     close). ``session_settings`` (a ``SessionSettings`` or a dict of its fields) gives the default
-    ``limit`` of ``get_items``, as on ``SQLiteSession``. Several sessions (ids) share one store
-    without seeing each other; two objects with the same id and store share the conversation.
+    ``limit`` of ``get_items``, as on ``SQLiteSession``. ``budget`` (tokens) bounds the context that
+    :meth:`model_input_filter` sends the model and is the target of :meth:`run_compaction`.
+    Several sessions (ids) share one store without seeing each other; two objects with the same id
+    and store share the conversation.
     """
 
     def __init__(
@@ -125,8 +130,15 @@ class TurnlogSession:
         session_id: str,
         db: StoreLike,
         session_settings: Any | None = None,
+        *,
+        budget: int = DEFAULT_BUDGET,
+        summarizer: object | None = None,
     ) -> None:
         self.session_id = session_id
+        self.budget = budget
+        """The token budget of :meth:`budgeted_items`, :meth:`model_input_filter` and compaction."""
+        self.summarizer = summarizer
+        """What :meth:`run_compaction` summarizes with (None: turnlog's extractive summarizer)."""
         # As SQLiteSession: no settings means SessionSettings() (no default limit).
         self.session_settings = (
             _settings_mod.SessionSettings()
@@ -249,3 +261,83 @@ class TurnlogSession:
     async def clear_session(self) -> None:
         """Empty the session (a ``session_rewound`` to version 0; the log keeps everything)."""
         await asyncio.to_thread(self._clear)
+
+    # -- turnlog's budgeted context and compaction -----------------------------------------------
+
+    def _policy(self) -> Any:
+        from projections.context import ContextPolicy
+
+        return ContextPolicy(budget=self.budget)
+
+    def _budgeted_items(self) -> list[Any]:
+        from projections.context import build_context
+
+        self._check_open()
+        built = build_context(self._store, self.session_id, self._policy())
+        items: list[Any] = []
+        for message in built.messages:
+            if message.mode == "full":
+                originals = [_item_of(self._store.get_event(event_id)) for event_id in message.event_ids]
+                if originals and all(item is not None for item in originals):
+                    items.extend(originals)  # shown whole: the SDK's own items, verbatim
+                    continue
+            items.extend(_items_for(message))
+        return items
+
+    async def budgeted_items(self) -> list[Any]:
+        """The history as turnlog's context builder shows it under ``budget``: the retained items
+        verbatim, capped tool outputs and summaries as new items, never a tool output without its
+        call (the same context as ``turnlog context SESSION --budget BUDGET``)."""
+        return await asyncio.to_thread(self._budgeted_items)
+
+    def _model_input(self, given: list[Any]) -> list[Any]:
+        budgeted = self._budgeted_items()
+        # The runner saves every turn before the next model call, so what it gives is normally all
+        # in the store; whatever follows the newest stored item is not yet, and is sent as given.
+        last = self._live_tail(1)
+        newest = last[0][1] if last else None
+        at = max((i for i, item in enumerate(given) if item == newest), default=-1)
+        return [*budgeted, *given[at + 1 :]] if newest is not None else list(given)
+
+    async def model_input_filter(self, data: Any) -> Any:
+        """A ``RunConfig.call_model_input_filter``: before every model call (tool loops included)
+        the model gets turnlog's budgeted context instead of the whole history. The session itself
+        is unchanged: the filter shapes only what is sent."""
+        run_config = require("agents.run_config", "openai-agents")
+        given = list(data.model_data.input)
+        items = await asyncio.to_thread(self._model_input, given)
+        return run_config.ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    def _compact(self, force: bool) -> int:
+        from turnlog.compaction import CompactionOptions, compact
+
+        self._check_open()
+        if not self._store.head_version(self.session_id):
+            return 0
+        # force: compact whatever the context's size, keeping only the newest two messages raw.
+        options = CompactionOptions(trigger=1e-9, keep_last=2) if force else CompactionOptions()
+        with self._lock:
+            result = compact(self._store, self.session_id, self._policy(), self.summarizer, options=options)
+        return len(result.summaries)
+
+    async def run_compaction(self, args: Mapping[str, Any] | None = None, *, wrapper: Any = None) -> None:
+        """The SDK's compaction hook (the runner calls it after a turn): turnlog's compaction
+        appends ``summary_recorded`` events when the context outgrows ``budget`` (always, with
+        ``{"force": True}``). Unlike ``OpenAIResponsesCompactionSession`` nothing is cleared or
+        rewritten: ``get_items`` is unchanged, the summaries show in the budgeted context."""
+        del wrapper  # accepted because the runner passes it to hooks that take it
+        await asyncio.to_thread(self._compact, bool((args or {}).get("force")))
+
+
+def _items_for(message: Any) -> list[Any]:
+    """SDK items for a context message that is not shown whole (capped, a summary, a notice)."""
+    if message.role == "tool":
+        return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}]
+    items: list[Any] = []
+    if message.content:
+        items.append({"role": message.role, "content": message.content})
+    items.extend(
+        {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments}
+        for call in message.tool_calls
+    )
+    return items
