@@ -25,7 +25,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from store import SQLiteStore, SummaryRecorded
+from store import SessionRewound, SQLiteStore, SummaryRecorded
 from turnlog.integrations.openai_agents import TurnlogSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -387,4 +387,20 @@ async def test_the_model_input_filter_keeps_a_tool_loop_whole_under_a_large_budg
     stored = await s.get_items()
     assert model.calls[0].input == stored[:1] and model.calls[1].input == stored[:3]
     assert model.calls[1].system_instructions == "be brief"
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_pop_and_clear_are_rewinds_that_delete_nothing(tmp_path: Path) -> None:
+    s = TurnlogSession("r", db=tmp_path / "t.db")
+    await s.add_items([msg(1), msg(2), msg(3)])
+    await s.pop_item()
+    await s.clear_session()
+    await s.clear_session()  # already empty: nothing more to record
+    records = s.store.read_session("r")
+    rewinds = [
+        (e.to_version, e.reason, e.source) for r in records if isinstance(e := r.event, SessionRewound)
+    ]
+    assert rewinds == [(2, "pop", "openai-agents"), (0, "clear", "openai-agents")]
+    assert [r.event.origin.item for r in records[:3]] == [msg(1), msg(2), msg(3)]  # type: ignore[union-attr]
     s.close()

@@ -17,6 +17,16 @@ Mapping (one SDK item = one turnlog event, the item verbatim in the event's ``or
 
 ``pop_item`` and ``clear_session`` delete nothing: they append ``session_rewound`` (reason ``pop``,
 or ``clear`` to version 0), which every projection honours; ``turnlog log`` still shows all.
+
+Budgeted context: ``RunConfig(call_model_input_filter=session.model_input_filter)`` sends the model
+turnlog's context under ``budget`` (retention, capped tool outputs, summaries) before every model
+call instead of the whole history. (A ``session_input_callback`` is the wrong hook for this: the
+runner would store the capped and summary items it returns as new items.) The runner's compaction
+hook ``run_compaction`` runs turnlog's compaction and appends ``summary_recorded``; it never clears.
+
+Where this differs from ``SQLiteSession``: ``db`` is required (no ``":memory:"`` default: pass a
+temp path); the message after ``close()`` reads "TurnlogSession ... is closed"; there are no corrupt
+rows to skip (the store verifies its rows), and a rewind cannot be half-applied.
 """
 
 from __future__ import annotations
