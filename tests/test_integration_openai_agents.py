@@ -25,7 +25,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from store import SessionRewound, SQLiteStore, SummaryRecorded
+from store import SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
 from turnlog.integrations.openai_agents import TurnlogSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -403,4 +403,31 @@ async def test_pop_and_clear_are_rewinds_that_delete_nothing(tmp_path: Path) -> 
     ]
     assert rewinds == [(2, "pop", "openai-agents"), (0, "clear", "openai-agents")]
     assert [r.event.origin.item for r in records[:3]] == [msg(1), msg(2), msg(3)]  # type: ignore[union-attr]
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_run_usage_is_recorded_per_model_response(tmp_path: Path) -> None:
+    from agents.testing import ModelStep
+    from agents.usage import Usage
+
+    s = TurnlogSession("u", db=tmp_path / "t.db")
+    steps = [
+        ModelStep(
+            output=[function_call("get_weather", {"city": "Rome"}, call_id="c1")],
+            usage=Usage(1, 10, output_tokens=3),
+        ),
+        ModelStep(
+            output=[assistant_message("Sunny.")], usage=Usage(1, 20, output_tokens=4), response_id="r2"
+        ),
+    ]
+    agent = Agent(name="a", model=ScriptedModel(steps), tools=[get_weather])
+    result = await Runner.run(agent, "Rome?", session=s)
+    assert await s.store_run_usage(result, model="gpt-test") == 2
+    usage = [r.event for r in s.store.read_session("u") if isinstance(r.event, UsageRecorded)]
+    assert [(u.input_tokens, u.output_tokens, u.model) for u in usage] == [
+        (10, 3, "gpt-test"),
+        (20, 4, "gpt-test"),
+    ]
+    assert usage[1].response_id == "r2"
     s.close()

@@ -48,6 +48,7 @@ from store import (
     SQLiteStore,
     ToolCall,
     ToolReturned,
+    UsageRecorded,
     VersionConflictError,
 )
 from turnlog.integrations import StoreLike, open_for_adapter, require
@@ -271,6 +272,37 @@ class TurnlogSession:
     async def clear_session(self) -> None:
         """Empty the session (a ``session_rewound`` to version 0; the log keeps everything)."""
         await asyncio.to_thread(self._clear)
+
+    def _store_run_usage(self, result: Any, model: str | None) -> int:
+        self._check_open()
+        if model is None:
+            agent_model = getattr(getattr(result, "last_agent", None), "model", None)
+            model = (
+                agent_model if isinstance(agent_model, str) and agent_model else type(agent_model).__name__
+            )
+        events: list[Event] = []
+        for response in result.raw_responses:
+            usage = response.usage
+            inputs, outputs = usage.input_tokens_details, usage.output_tokens_details
+            events.append(
+                UsageRecorded(
+                    model=model,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_tokens=getattr(inputs, "cached_tokens", 0) or 0,
+                    reasoning_tokens=getattr(outputs, "reasoning_tokens", 0) or 0,
+                    response_id=response.response_id,
+                )
+            )
+        if events:
+            self._store.append(self.session_id, events)
+        return len(events)
+
+    async def store_run_usage(self, result: Any, *, model: str | None = None) -> int:
+        """Append one ``usage_recorded`` per model response of a finished run (as the SDK's
+        ``AdvancedSQLiteSession.store_run_usage``), so ``turnlog audit`` shows what was billed; the
+        Session protocol itself never sees usage. Call it once per result. Returns the count."""
+        return await asyncio.to_thread(self._store_run_usage, result, model)
 
     # -- turnlog's budgeted context and compaction -----------------------------------------------
 
