@@ -36,7 +36,7 @@ from langchain_core.messages import (  # noqa: E402
     messages_from_dict,
 )
 
-from projections.live import live_events  # noqa: E402
+from projections.live import live_marks  # noqa: E402
 from store import (  # noqa: E402
     NO_SESSION,
     Event,
@@ -78,7 +78,12 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # a property, as documented
         """The session's live messages, oldest first, exactly as they were added."""
-        return [m for r in live_events(self._store, self.session_id) if (m := _to_message(r)) is not None]
+        records = self._store.read_session(self.session_id)
+        # The materialized live index: the cost is the ranges a clear made dead, not a fold of the log.
+        marks = live_marks(self._store, self.session_id, records)
+        return [
+            m for r, live in zip(records, marks, strict=True) if live and (m := _to_message(r)) is not None
+        ]
 
     async def aget_messages(self) -> list[BaseMessage]:
         return await asyncio.to_thread(lambda: self.messages)
