@@ -330,3 +330,68 @@ def test_the_example_runs(tmp_path: Path) -> None:
     assert "ai: It is sunny in Paris." in result.stdout
     assert "verify: ok" in result.stdout
     assert len(TurnlogChatMessageHistory("weather-chat", db=db).messages) == 5
+
+
+def test_usage_goes_to_the_ledger_and_stays_after_a_clear(tmp_path: Path) -> None:
+    from store import UsageRecorded
+
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        h = TurnlogChatMessageHistory("s", db=store)
+        usage = {
+            "input_tokens": 30,
+            "output_tokens": 7,
+            "total_tokens": 37,
+            "input_token_details": {"cache_read": 10},
+            "output_token_details": {"reasoning": 2},
+        }
+        h.add_messages([AIMessage("hi", usage_metadata=usage, response_metadata={"model_name": "m-1"})])
+        h.add_ai_message("no usage")
+        h.clear()
+        recorded = [r.event for r in store.read_session("s") if isinstance(r.event, UsageRecorded)]
+        assert [
+            (u.model, u.input_tokens, u.output_tokens, u.cache_read_tokens, u.reasoning_tokens)
+            for u in recorded
+        ] == [("m-1", 30, 7, 10, 2)]
+        assert h.messages == []
+
+
+def test_tool_call_ids_turnlog_cannot_take_keep_their_pairs(tmp_path: Path) -> None:
+    """LangChain ids are any string; turnlog's have no whitespace: such an id maps to a stable digest,
+    the same for the call and its result, and reads back as LangChain wrote it."""
+    odd = {"name": "f", "args": {}, "id": "call with spaces", "type": "tool_call"}
+    sent = [AIMessage("", tool_calls=[odd]), ToolMessage("r", tool_call_id="call with spaces")]
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        h = TurnlogChatMessageHistory("s", db=store)
+        h.add_messages(sent)
+        assert h.messages == sent
+        call, result = (r.event for r in store.read_session("s")[1:])
+        assert call.tool_calls[0].id == result.tool_call_id != "call with spaces"  # type: ignore[union-attr]
+
+
+def test_drop_in_for_runnable_with_message_history(tmp_path: Path) -> None:
+    """The deprecated RunnableWithMessageHistory, as existing apps use it: one line changes."""
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    model = GenericFakeChatModel(messages=iter([AIMessage("Paris is in France."), AIMessage("Paris.")]))
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "be brief"), MessagesPlaceholder("history"), ("human", "{q}")]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chain = RunnableWithMessageHistory(
+            prompt | model,
+            lambda session_id: TurnlogChatMessageHistory(session_id, db=tmp_path / "t.db"),
+            input_messages_key="q",
+            history_messages_key="history",
+        )
+    config: Any = {"configurable": {"session_id": "s1"}}
+    chain.invoke({"q": "Where is Paris?"}, config)
+    chain.invoke({"q": "What did I ask?"}, config)
+    got = TurnlogChatMessageHistory("s1", db=tmp_path / "t.db").messages
+    assert [(m.type, m.content) for m in got] == [
+        ("human", "Where is Paris?"),
+        ("ai", "Paris is in France."),
+        ("human", "What did I ask?"),
+        ("ai", "Paris."),
+    ]

@@ -48,6 +48,7 @@ from store import (  # noqa: E402
     SessionStarted,
     ToolCall,
     ToolReturned,
+    UsageRecorded,
     VersionConflictError,
 )
 
@@ -92,7 +93,10 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append the messages in one atomic batch: all are stored when this returns, or none."""
-        events = [_to_event(m) for m in messages]
+        events: list[Event] = []
+        for message in messages:
+            events.append(_to_event(message))
+            events.extend(_usage(message))
         if not events:
             return
         if self._store.head_version(self.session_id) == 0:
@@ -189,6 +193,29 @@ def _to_event(message: BaseMessage) -> Event:
         return MessageAppended(role=role, content=text, name=name or message.role[:200], origin=origin)
     # FunctionMessage and other kinds: shown as a user-side message named after its kind.
     return MessageAppended(role="user", content=text, name=name or message.type[:200], origin=origin)
+
+
+def _usage(message: BaseMessage) -> list[Event]:
+    """An AI message's ``usage_metadata`` as a ``usage_recorded`` event, so turnlog's cost ledger
+    counts what the provider billed (a clear never takes it back: money stays spent)."""
+    usage = getattr(message, "usage_metadata", None)
+    if not isinstance(message, AIMessage) or not usage:
+        return []
+    meta = message.response_metadata
+    model = str(meta.get("model_name") or meta.get("model") or "unknown") or "unknown"
+    details_in = usage.get("input_token_details") or {}
+    details_out = usage.get("output_token_details") or {}
+    return [
+        UsageRecorded(
+            model=model,
+            input_tokens=max(0, int(usage.get("input_tokens", 0))),
+            output_tokens=max(0, int(usage.get("output_tokens", 0))),
+            cache_read_tokens=max(0, int(details_in.get("cache_read", 0) or 0)),
+            cache_write_tokens=max(0, int(details_in.get("cache_creation", 0) or 0)),
+            reasoning_tokens=max(0, int(details_out.get("reasoning", 0) or 0)),
+            response_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
+        )
+    ]
 
 
 def _to_message(record: RecordedEvent) -> BaseMessage | None:
