@@ -307,3 +307,42 @@ def test_example_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "sunny" in out.stdout and "turnlog" in out.stdout
+
+
+def test_turnlog_history_sends_the_budgeted_context(tmp_path: Path) -> None:
+    from turnlog.integrations.pydantic_ai_history import TurnlogHistory
+
+    seen: list[list[ModelMessage]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return script(messages, info)
+
+    db = tmp_path / "t.db"
+    store = TurnlogConversationStore(db=db)
+    agent = Agent(
+        FunctionModel(model),
+        instructions="be brief",
+        capabilities=[TurnlogHistory(db=store.store, budget=120)],
+    )
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        return f"sunny in {city} " + "and warm " * 30
+
+    async def go() -> None:
+        for i in range(6):
+            conversation = await store.load("h") or Conversation(conversation_id="h")
+            await store.save(await agent.run(f"question {i}", conversation=conversation))
+
+    run(go())
+    loaded = run(store.load("h"))
+    assert loaded is not None and len(loaded.messages) == 24  # the store keeps everything
+    last = seen[-1]
+    assert len(last) < 23  # the model was sent less than the whole history
+    calls = {p.tool_call_id for m in last for p in m.parts if isinstance(p, ToolCallPart)}
+    returns = {p.tool_call_id for m in last for p in m.parts if p.part_kind == "tool-return"}
+    assert calls == returns  # never a call without its return, or the reverse
+    texts = [p.content for m in last for p in m.parts if p.part_kind == "user-prompt"]
+    assert "question 0" in texts and texts[-1] == "question 5"  # first request kept, current one sent
+    store.close()

@@ -78,12 +78,13 @@ class TurnlogConversationStore(ConversationStore):
         self, *, scope: str | None = None, limit: int | None = None
     ) -> Sequence[ConversationRecord]:
         # One scan of the record events of the whole log; the last one of each session wins.
-        latest: dict[str, ConversationRecord | None] = {}
+        latest: dict[str, StateRecorded] = {}
         for recorded in self.store.iter_after(0, types=["state_recorded"]):
             event = recorded.event
             if isinstance(event, StateRecorded) and _is_record(event):
-                latest[recorded.session_id] = _parse_record(event)
-        records = [r for r in latest.values() if r is not None and (scope is None or r.scope == scope)]
+                latest[recorded.session_id] = event
+        parsed = [_parse_record(event) for event in latest.values()]  # only each session's newest
+        records = [r for r in parsed if r is not None and (scope is None or r.scope == scope)]
         records.sort(key=lambda record: record.updated_at, reverse=True)
         return records[:limit]
 
