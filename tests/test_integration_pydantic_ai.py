@@ -345,4 +345,6 @@ def test_turnlog_history_sends_the_budgeted_context(tmp_path: Path) -> None:
     assert calls == returns  # never a call without its return, or the reverse
     texts = [p.content for m in last for p in m.parts if p.part_kind == "user-prompt"]
     assert "question 0" in texts and texts[-1] == "question 5"  # first request kept, current one sent
+    systems = [p.content for m in last for p in m.parts if p.part_kind == "system-prompt"]
+    assert "be brief" not in systems  # the instructions go once, as instructions
     store.close()

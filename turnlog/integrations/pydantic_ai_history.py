@@ -46,7 +46,11 @@ class TurnlogHistory(AbstractCapability[Any]):
             return request_context  # nothing stored yet: the run's own messages are the whole history
         stored = len(await self.conversations.read_history(record.head_id))
         built = build_context(self.conversations.store, session, ContextPolicy(budget=self.budget))
-        context = to_model_messages(built.messages)
+        # pydantic-ai sends the run's instructions on their own; the system message turnlog keeps for
+        # them (the conversation's first request's) would send them twice.
+        instructions = {m.instructions for m in request_context.messages if isinstance(m, _m.ModelRequest)}
+        shown = [m for m in built.messages if not (m.role == "system" and m.content in instructions)]
+        context = to_model_messages(shown)
         request_context.messages = [*context, *request_context.messages[stored:]]
         return request_context
 
