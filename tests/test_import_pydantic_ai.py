@@ -702,3 +702,18 @@ def make_legacy(path: str) -> None:  # pragma: no cover - run by hand, with pyda
 
 if __name__ == "__main__":  # pragma: no cover
     {"current": make_current, "native": make_native, "legacy": make_legacy}[sys.argv[1]](sys.argv[2])
+
+
+def test_grown_history_reimports_when_the_prefix_had_no_response_yet(store: SQLiteStore) -> None:
+    # The session's model comes from the first response; an export made before any response has
+    # none, and the re-import of the grown history must still recognise it (it raised
+    # DuplicateEventError: the session_started id was derived from the model too).
+    history = json.loads(CURRENT)
+    assert history[0]["kind"] == "request"
+    first = import_file(store, json.dumps(history[:1]), "pydantic-ai")
+    [conv] = parse_pydantic_ai(CURRENT)
+    grown = import_file(store, CURRENT, "pydantic-ai")
+    assert grown.sessions[0]["skipped"] == first.appended
+    assert first.appended + grown.appended == len(conv.events)
+    assert [r.event_id for r in store.read_session(conv.session_id)] == [e.event_id for e in conv.events]
+    assert import_file(store, CURRENT, "pydantic-ai").appended == 0

@@ -19,6 +19,7 @@ from store import (
 from turnlog.importers.base import (
     Conversation,
     arguments_text,
+    derive_event_id,
     fields_of,
     is_id,
     json_lines,
@@ -151,7 +152,13 @@ class _PydanticAIReader:
                 self._request(message, where)
             else:
                 self._response(message, where, model)
-        return Conversation(session_id, with_derived_ids(session_id, self.events))
+        events = with_derived_ids(session_id, self.events)
+        # The session's model is the first response's, which a shorter export of the same
+        # conversation may not hold yet: the session_started id is derived without it, so the
+        # re-import of the grown history recognises the stored prefix and appends only the rest.
+        started = self.events[0].model_copy(update={"model": None})
+        first = events[0].model_copy(update={"event_id": derive_event_id(session_id, 0, started)})
+        return Conversation(session_id, (first, *events[1:]))
 
     def _request(self, message: dict[str, Any], where: str) -> None:
         instructions = message.get("instructions")
