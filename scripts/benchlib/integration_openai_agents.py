@@ -90,7 +90,7 @@ def bench_openai_agents(
             writes_per_s=peer_w,
             full_read_ms=peer_full,
             bounded_read_ms=peer_bounded,
-            bounded=bounded,
+            bounded=f"get_items() + last {LIMIT}",
             trimmed_read_ms=peer_trim,
         ),
         row(
