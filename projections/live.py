@@ -16,6 +16,7 @@ from store import (
     Event,
     MessageAppended,
     MessageRemoved,
+    OriginItem,
     RecordedEvent,
     SessionRewound,
     SQLiteStore,
@@ -158,7 +159,9 @@ def live_events(store: SQLiteStore, session_id: str, *, at_version: int | None =
     return [r for r in records if r.version in live]
 
 
-def live_marks(store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent]) -> list[bool]:
+def live_marks(
+    store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent] | Sequence[OriginItem]
+) -> list[bool]:
     """For records of one session: whether each is live now (the materialized live index, so the
     cost is the records given and the session's ranges that are not live, not its length)."""
     from projections.registry import materializer  # here: the registry imports the live index

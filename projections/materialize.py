@@ -76,6 +76,9 @@ class Materializer:
         self._ready = False
         self._folded: dict[str, int] = {}
         """Read-only store: the projections shadowed in temp, and the position each has applied."""
+        self._applied_within: Sequence[RecordedEvent] | None = None
+        """The records of the last append whose projection rows were written in its own
+        transaction (see :meth:`apply_within`): its catch-up after the commit has nothing to do."""
 
     def _prepare(self) -> None:
         if self._ready:
@@ -112,6 +115,48 @@ class Materializer:
         stored = _stored_checkpoint(conn, projection)
         return 0 if stored is None else stored
 
+    def apply_within(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> bool:
+        """Inside an append's transaction (a :meth:`store.SQLiteStore.within_append` hook): apply
+        the records it just inserted, with their token counts, to every projection, so they
+        commit together and the append costs one commit. Only when everything before them is
+        counted and applied (else, or on any failure, nothing is written here and the catch-up
+        after the commit does the work). Returns whether the rows were written."""
+        self._applied_within = None
+        if not self._ready or not records or any(r.tokens is None for r in records):
+            return False  # the tables may not exist yet, or the counts were not made up front
+        start, end = records[0].position - 1, records[-1].position
+        conn.execute("SAVEPOINT turnlog_projections")
+        try:
+            stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
+            behind = counted_through(conn) != start or any(
+                stored.get(p.name) != start for p in self.projections
+            )
+            if not behind:
+                write_token_counts(conn, (), end)  # the counts are in the rows: only the watermark moves
+                for projection in self.projections:
+                    types = projection.types
+                    projection.apply(conn, [r for r in records if types is None or r.type in types])
+                # Every checkpoint row exists, at this code's version (checked above): one statement.
+                names = [p.name for p in self.projections]
+                conn.execute(
+                    "UPDATE projection_checkpoints SET position = ? "
+                    f"WHERE name IN ({','.join('?' * len(names))})",
+                    (end, *names),
+                )
+        except Exception:
+            # Derived state only: the events commit without it, and the catch-up after the commit
+            # does the work again (and reports what is not a StoreError, as it always has). A
+            # failure that ended the whole transaction makes this rollback fail: then the append
+            # cannot commit either, and says so.
+            conn.execute("ROLLBACK TO turnlog_projections")
+            conn.execute("RELEASE turnlog_projections")
+            return False
+        conn.execute("RELEASE turnlog_projections")
+        if behind:
+            return False
+        self._applied_within = records
+        return True
+
     def catch_up(
         self,
         *,
@@ -123,6 +168,8 @@ class Materializer:
         for all projections; return the last position applied. Token counts are caught up first,
         since projections use them. ``appended``: the records an append of this process just
         stored (a writer's catch-up after its commit), whose counts are made from memory."""
+        if appended and appended is self._applied_within and through is None:
+            return appended[-1].position  # applied in the append's own transaction
         self._prepare()
         if self.store.readonly:
             return self._fold(through)

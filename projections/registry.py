@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import weakref
 from collections.abc import Sequence
 
@@ -43,8 +44,9 @@ def materializer(store: SQLiteStore) -> Materializer:
 
 
 def keep_caught_up(store: SQLiteStore) -> None:
-    """Make every append to ``store`` advance its token counts and materialized projections right
-    after the append commits, so readers (which never write) rarely have anything to fold.
+    """Make every append to ``store`` advance its token counts and materialized projections in the
+    append's own transaction (or, when they are behind, right after it commits), so readers (which
+    never write) rarely have anything to fold.
     Idempotent; nothing to do for a read-only store."""
     if store.readonly or store in _KEPT:
         return
@@ -55,5 +57,11 @@ def keep_caught_up(store: SQLiteStore) -> None:
         if kept is not None:
             materializer(kept).catch_up(appended=records)
 
-    store.on_append(advance)
+    def advance_within(conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        kept = ref()
+        if kept is not None:
+            materializer(kept).apply_within(conn, records)
+
+    store.within_append(advance_within)  # normally all the work, in the append's one commit
+    store.on_append(advance)  # what that could not do (a backlog, another process's appends)
     _KEPT.add(store)

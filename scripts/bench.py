@@ -1,6 +1,8 @@
 """turnlog against what users would pick instead, in one run on one machine: durable and batch
 appends, building the next model context under a budget as sessions grow, what that context
-holds, rebuilding the projections, loading a session, and file size. Run it with ``scripts/bench``
+holds, rebuilding the projections, loading a session, file size, and each framework adapter against
+its framework's own backend (``--only integrations`` runs that section alone and splices it into
+``bench-results/RESULTS.md``). Run it with ``scripts/bench``
 (``--help`` lists the options); it prints Markdown tables and writes ``bench-results/RESULTS.md``."""
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from benchlib.workload import Msg, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 8000
-SECTIONS = ("append", "batch", "load", "size", "quality", "build", "rebuild")
+SECTIONS = ("append", "batch", "load", "size", "quality", "build", "rebuild", "integrations")
 TURNLOG_VARIANTS = ("turnlog", "turnlog-inline", "turnlog-catchup")
 
 
@@ -58,6 +60,8 @@ class Config:
     rebuild_events: int = 1_000_000
     rebuild_per_session: int = 2000
     load_repeats: int = 7
+    integration_sizes: tuple[int, ...] = (2000, 20_000)
+    integration_durabilities: tuple[str, ...] = ("FULL", "NORMAL")
 
     @classmethod
     def make(cls, quick: bool) -> Config:
@@ -80,6 +84,8 @@ class Config:
             rebuild_events=20_000,
             rebuild_per_session=1000,
             load_repeats=3,
+            integration_sizes=(300, 2000),
+            integration_durabilities=("FULL",),
         )
 
 
@@ -473,6 +479,16 @@ class Bench:
             res["realistic_size"] = max(self.cfg.sizes)
         self.results["rebuild"] = res
 
+    # -- 6. framework adapters --------------------------------------------------------------------
+
+    def section_integrations(self) -> None:
+        from benchlib import integrations
+
+        cfg = self.cfg
+        self.results["integrations"] = integrations.run(
+            cfg.integration_sizes, cfg.integration_durabilities, self.dir, self.log
+        )
+
     # -- profiles of missed targets ---------------------------------------------------------------
 
     def profile(self, label: str, fn: Callable[[], Any], lines: int = 14) -> str:
@@ -506,9 +522,14 @@ def label(name: str) -> str:
 
 
 def render(bench: Bench, command: str) -> str:
+    from benchlib import integrations
     from benchlib.targets import render_report
 
-    return render_report(bench, command)
+    adapters = bench.results.get("integrations")
+    section = integrations.render(adapters, command) if adapters is not None else ""
+    if bench.sections == ["integrations"]:
+        return section
+    return render_report(bench, command) + (f"\n\n{section}" if section else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,6 +576,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(text)
+    if sections == ["integrations"] and not args.quick and not args.out:
+        # This section alone updates its own part of the results, never the whole file.
+        from benchlib import integrations
+
+        integrations.splice(ROOT / "bench-results" / "RESULTS.md", text)
+        bench.log("section spliced into bench-results/RESULTS.md")
+        return 0
     out = args.out or (None if (args.quick or only) else str(ROOT / "bench-results" / "RESULTS.md"))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

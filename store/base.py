@@ -83,6 +83,23 @@ class RecordedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class OriginItem:
+    """Where a stored event sits and the framework item its ``origin`` carries, read without
+    decoding the event: what an adapter's full read needs (see :meth:`EventStore.read_origins`)."""
+
+    position: int
+    """Global position in the log."""
+    version: int
+    """Its version within the session."""
+    type: str
+    """The event's type."""
+    framework: str | None
+    """Its ``origin.framework``; None when the event has no origin."""
+    item: Any
+    """Its ``origin.item`` (None when it has no origin)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSummary:
     """One session as the log sees it."""
 
@@ -161,6 +178,13 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
         """The session's events with these versions, in order (missing versions are left out)."""
+
+    @abc.abstractmethod
+    def read_origins(self, session_id: str, *, newest: int | None = None) -> list[OriginItem]:
+        """The session's events (a fork's shared prefix included; only the ``newest`` ones when
+        given), oldest first, as their place and the framework item each carries in its
+        ``origin``. Rows are trusted as written (no event is validated: ``verify`` checks them),
+        so a framework's full read costs about what its own backend's does."""
 
     @abc.abstractmethod
     def version_at(self, session_id: str, position: int) -> int:

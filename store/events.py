@@ -35,7 +35,7 @@ from store.limits import (
     Position,
     Version,
     depth_message,
-    shallow,
+    shallow_unless_stored,
 )
 
 # --- value objects ---------------------------------------------------------------------------
@@ -64,7 +64,7 @@ class ToolCall(ValueModel):
     """The provider's call id; the tool's return names it in ``tool_call_id``."""
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     """The tool's name."""
-    arguments: Annotated[str, AfterValidator(shallow)] = "{}"
+    arguments: Annotated[str, AfterValidator(shallow_unless_stored)] = "{}"
     """The arguments exactly as the model produced them (usually JSON text, kept verbatim)."""
 
 

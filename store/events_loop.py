@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 
 from store.event_base import EventModel, Identifier, Sha256, ValueModel
-from store.limits import MAX_REMOVED_TARGETS, MAX_SIZE, JsonObject, Position, shallow
+from store.limits import MAX_REMOVED_TARGETS, MAX_SIZE, JsonObject, Position, shallow_unless_stored
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 """A short non-empty name (a framework, a caller)."""
@@ -27,7 +27,7 @@ class Origin(ValueModel):
     framework: Name
     """The framework that wrote it (``openai-agents``, ``langchain``, ``langgraph``, ``pydantic-ai``)."""
     # Before pydantic walks the value (it recurses): a too-deep item gets one clear error.
-    item: Annotated[JsonValue, BeforeValidator(shallow)] = None
+    item: Annotated[JsonValue, BeforeValidator(shallow_unless_stored)] = None
     """The item exactly as the framework gave it (any JSON, at most MAX_JSON_DEPTH levels deep)."""
 
 

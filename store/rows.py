@@ -24,7 +24,7 @@ from store.events import (
     describe_validation_error,
     load_stored,
 )
-from store.limits import MAX_TOKENS
+from store.limits import MAX_TOKENS, STORED
 
 GENESIS_HASH = "0" * 64
 """The prev_hash of the first event."""
@@ -142,8 +142,12 @@ _VALIDATORS = {name: cls.__pydantic_validator__ for name, cls in EVENT_CLASSES.i
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
 
 
-def record_from_row(row: Sequence[Any]) -> RecordedEvent:
+def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEvent:
+    """The record a stored row holds. ``trusted``: the row was validated when it was appended, so
+    the JSON depth checks are not run again (see store.limits.STORED); every other check is, and a
+    row that fails one raises CorruptStoreError. ``verify`` reads with ``trusted=False``."""
     (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
+    context = STORED if trusted else None
     try:
         validator = _VALIDATORS.get(etype)
         if validator is not None and CURRENT_VERSIONS[etype] == sv and payload[:1] == "{":
@@ -152,12 +156,12 @@ def record_from_row(row: Sequence[Any]) -> RecordedEvent:
                 # event id is spliced into the stored payload text (the type is the class's default).
                 quoted = f'"{event_id}"' if _PLAIN_ID.fullmatch(event_id) else json.dumps(event_id)
                 rest = "}" if payload == "{}" else "," + payload[1:]
-                event = validator.validate_json(f'{{"event_id":{quoted}{rest}')
+                event = validator.validate_json(f'{{"event_id":{quoted}{rest}', context=context)
             else:
                 body = json.loads(payload)
                 body["event_id"] = event_id
                 body["content"] = decode_blob(row[12], row[13]).decode("utf-8")
-                event = validator.validate_python(body)
+                event = validator.validate_python(body, context=context)
         else:
             body = json.loads(payload)
             if blob_id is not None:

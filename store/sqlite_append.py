@@ -89,6 +89,11 @@ class _StoredEventId(Exception):
 class AppendingStore(ReadingStore):
     """The appends to the log."""
 
+    def _counts_inline(self) -> bool:
+        # A hook inside the append's transaction needs the counts: made before the write lock is
+        # taken, they cost the lock nothing (see within_append).
+        return self.token_counting == "inline" or bool(self._within_append)
+
     def append(
         self,
         session_id: str,
@@ -114,6 +119,8 @@ class AppendingStore(ReadingStore):
         try:
             with self.atomic() as conn, gc_paused():
                 records = self._append_locked(conn, session_id, prepared, expected_version, times)
+                for within in self._within_append:
+                    within(conn, records)
         except (_StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
             # A retry of a batch that is already stored fails one of the checks (its versions are
             # taken, its session_started is no longer first, or its ids are): only then is it
@@ -243,7 +250,7 @@ class AppendingStore(ReadingStore):
             except (UnicodeEncodeError, PydanticSerializationError):
                 pass
             else:
-                tokens = self.count_event_tokens(event) if self.token_counting == "inline" else None
+                tokens = self.count_event_tokens(event) if self._counts_inline() else None
                 return _Prepared(event, payload, None, tokens)
         where = f"event {index}"
         if not hasattr(event, "event_id") or not hasattr(event, "type"):
@@ -324,7 +331,7 @@ class AppendingStore(ReadingStore):
         payload = event.model_dump_json(
             exclude=_ENVELOPE if content is None else _ENVELOPE_AND_CONTENT, exclude_none=True
         )
-        tokens = self.count_event_tokens(event) if self.token_counting == "inline" else None
+        tokens = self.count_event_tokens(event) if self._counts_inline() else None
         return _Prepared(event, payload, blob, tokens)
 
     def _already_stored(

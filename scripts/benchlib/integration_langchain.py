@@ -1,21 +1,20 @@
-"""Bench of the LangChain adapter against LangChain's own SQL backend, in the same run.
+"""TurnlogChatMessageHistory against LangChain's own SQLChatMessageHistory (SQLite through
+SQLAlchemy), in the same run: one message per ``add_messages`` call (the per-turn pattern, written
+interleaved), a full ``.messages``, and the bounded read: turnlog's budgeted context (8,000 tokens)
+against LangChain's full read plus its own ``trim_messages`` to the same budget.
 
-    PYTHONPATH=.:scripts .venv/bin/python -c \
-        "from benchlib.integration_langchain import main; main()"   # n=2000; main(20000) for 20,000
-
-Writes: one message per ``add_messages`` call (the per-turn pattern), both at synchronous=FULL
-(SQLChatMessageHistory: SQLite's default journal, synchronous=FULL; turnlog: WAL, synchronous=FULL).
-Full read: ``.messages``. Bounded read: turnlog's budgeted context (8,000 tokens) against LangChain's
-full read plus its own ``trim_messages`` to the same budget.
+Durability: SQLChatMessageHistory's SQLite file keeps SQLite's rollback journal and its default
+``synchronous`` (FULL here); the bench sets the same level on both sides (a PRAGMA on each pooled
+connection; turnlog's ``synchronous`` knob, WAL). Run from the repository root:
+``PYTHONPATH=.:scripts .venv/bin/python -m benchlib.integration_langchain [N] [FULL|NORMAL]``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,7 @@ from langchain_core.messages import (
     trim_messages,
 )
 
-from projections.context import ContextPolicy, build_context
-from turnlog.integrations.langchain import TurnlogChatMessageHistory
+from benchlib.integration_common import best_of, interleaved_writes, row
 
 BUDGET = 8_000
 TEXT = "The quick brown fox jumps over the lazy dog while the agent reasons about the next step. " * 2
@@ -57,22 +55,8 @@ def _count(messages: list[BaseMessage]) -> int:
     return sum(len(json.dumps(m.content)) // 4 + 4 for m in messages)
 
 
-def _timed(fn: Callable[[], Any], repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _turnlog_bounded(history: TurnlogChatMessageHistory) -> Callable[[], object]:
-    store = history._store  # the adapter's own store: the one a user's budgeted context reads
-    return lambda: build_context(store, history.session_id, ContextPolicy(budget=BUDGET))
-
-
-def _langchain_bounded(history: Any) -> Callable[[], object]:
-    return lambda: trim_messages(
+def _trimmed(history: Any) -> Any:
+    return trim_messages(
         history.messages,
         max_tokens=BUDGET,
         token_counter=_count,
@@ -82,34 +66,81 @@ def _langchain_bounded(history: Any) -> Callable[[], object]:
     )
 
 
-def run(n: int = 2_000, directory: Path | None = None) -> dict[str, dict[str, float]]:
-    """Measure both backends on ``n`` messages; returns {backend: {writes_per_s, full_read_ms,
-    bounded_read_ms}}."""
+def bench_langchain(
+    n: int = 2000, workdir: Path | None = None, synchronous: str = "FULL"
+) -> list[dict[str, Any]]:
+    """Measure both backends on ``n`` messages, each in a fresh file under ``workdir``."""
+    from sqlalchemy import create_engine, event
+
+    import turnlog
+    from projections.context import ContextPolicy, build_context
+    from turnlog.integrations.langchain import TurnlogChatMessageHistory
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from langchain_community.chat_message_histories import SQLChatMessageHistory
-    directory = directory or Path(tempfile.mkdtemp(prefix="bench-lc-"))
+
+    root = workdir or Path(tempfile.mkdtemp(prefix="bench-lc-"))
+    root.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{root / f'langchain-{n}-{synchronous}.db'}")
+    event.listen(engine, "connect", lambda conn, _: conn.execute(f"PRAGMA synchronous = {synchronous}"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peer = SQLChatMessageHistory("bench", connection=engine)
+    store = turnlog.open_store(root / f"turnlog-lc-{n}-{synchronous}.db", synchronous=synchronous)  # type: ignore[arg-type]
+    ours = TurnlogChatMessageHistory("bench", db=store)
     messages = workload(n)
-    sql = SQLChatMessageHistory("bench", connection=f"sqlite:///{directory / 'lc.db'}")
-    turnlog = TurnlogChatMessageHistory("bench", db=directory / "turnlog.db")
-    results: dict[str, dict[str, float]] = {}
-    for name, history in (("SQLChatMessageHistory", sql), ("TurnlogChatMessageHistory", turnlog)):
-        start = time.perf_counter()
-        for message in messages:
-            history.add_messages([message])
-        writes = n / (time.perf_counter() - start)
-        assert len(history.messages) == n
-        full = _timed(lambda h=history: h.messages)  # type: ignore[misc]
-        bounded = _turnlog_bounded(turnlog) if history is turnlog else _langchain_bounded(sql)
-        results[name] = {
-            "writes_per_s": round(writes, 1),
-            "full_read_ms": round(full * 1000, 2),
-            "bounded_read_ms": round(_timed(bounded) * 1000, 2),
-        }
-    turnlog.close()
-    return results
+    try:
+
+        def writer(history: Any) -> Any:
+            def write(lo: int, hi: int) -> None:
+                for i in range(lo, hi):
+                    history.add_messages([messages[i]])
+
+            return write
+
+        peer_w, ours_w = interleaved_writes([writer(peer), writer(ours)], n)
+        assert peer.messages == ours.messages == messages  # the same answer, or no figure
+        policy = ContextPolicy(budget=BUDGET)
+        peer_full, ours_full, peer_trim, ours_bounded = best_of(
+            [
+                lambda: peer.messages,
+                lambda: ours.messages,
+                lambda: _trimmed(peer),
+                lambda: build_context(store, "bench", policy),
+            ]
+        )
+    finally:
+        ours.close()
+        store.close()
+        engine.dispose()
+    bounded = f"budgeted context, {BUDGET:,} tokens"
+    return [
+        row(
+            "SQLChatMessageHistory",
+            "peer",
+            n,
+            f"rollback journal, synchronous={synchronous}",
+            writes_per_s=peer_w,
+            full_read_ms=peer_full,
+            bounded_read_ms=None,
+            bounded=f".messages + trim_messages({BUDGET:,})",
+            trimmed_read_ms=peer_trim,
+        ),
+        row(
+            "TurnlogChatMessageHistory",
+            "turnlog",
+            n,
+            f"WAL, synchronous={synchronous}",
+            writes_per_s=ours_w,
+            full_read_ms=ours_full,
+            bounded_read_ms=ours_bounded,
+            bounded=bounded,
+        ),
+    ]
 
 
-def main(n: int = 2_000) -> None:
-    for name, figures in run(n).items():
-        print(f"{name:>26} n={n}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+if __name__ == "__main__":
+    size = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    for line in bench_langchain(size, synchronous=sys.argv[2] if len(sys.argv) > 2 else "FULL"):
+        print(line)

@@ -51,12 +51,14 @@ from store import (  # noqa: E402
     UsageRecorded,
     VersionConflictError,
 )
+from store.rows import gc_paused  # noqa: E402
 
 __all__ = ["FRAMEWORK", "TurnlogChatMessageHistory"]
 
 FRAMEWORK = "langchain"
 """The ``origin.framework`` (and ``source``) this adapter writes."""
 
+_MESSAGE_TYPES = ("message_appended", "tool_returned")
 _ID = re.compile(r"\S{1,200}")
 _CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
 _CHAT_ROLES |= {"system": "system", "developer": "system"}
@@ -79,12 +81,23 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # a property, as documented
         """The session's live messages, oldest first, exactly as they were added."""
-        records = self._store.read_session(self.session_id)
-        # The materialized live index: the cost is the ranges a clear made dead, not a fold of the log.
-        marks = live_marks(self._store, self.session_id, records)
-        return [
-            m for r, live in zip(records, marks, strict=True) if live and (m := _to_message(r)) is not None
-        ]
+        with gc_paused():  # many objects that all survive (see store.rows.gc_paused)
+            # Only each event's place and origin are read: this adapter's messages are their origins.
+            rows = self._store.read_origins(self.session_id)
+            # The materialized live index: the cost is the ranges a clear made dead, not a fold of the log.
+            marks = live_marks(self._store, self.session_id, rows)
+            live = [r for r, alive in zip(rows, marks, strict=True) if alive and r.type in _MESSAGE_TYPES]
+            # Messages another writer put in the session carry no LangChain origin: read them whole.
+            others = [r.version for r in live if r.framework != FRAMEWORK]
+            read = self._store.read_versions(self.session_id, others) if others else []
+            events = {r.version: r for r in read}
+            found = (
+                messages_from_dict([r.item])[0]
+                if r.framework == FRAMEWORK
+                else _to_message(events[r.version])
+                for r in live
+            )
+            return [m for m in found if m is not None]
 
     async def aget_messages(self) -> list[BaseMessage]:
         return await asyncio.to_thread(lambda: self.messages)

@@ -43,6 +43,7 @@ from store import (
     Event,
     MessageAppended,
     Origin,
+    OriginItem,
     RecordedEvent,
     SessionRewound,
     SQLiteStore,
@@ -51,6 +52,7 @@ from store import (
     UsageRecorded,
     VersionConflictError,
 )
+from store.rows import gc_paused
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
 __all__ = ["DEFAULT_BUDGET", "FRAMEWORK", "TurnlogSession", "event_for_item"]
@@ -182,21 +184,24 @@ class TurnlogSession:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def _live_tail(self, limit: int | None) -> list[tuple[RecordedEvent, Any]]:
-        """The newest ``limit`` live items (all with None), oldest first, read from the tail."""
+    def _live_tail(self, limit: int | None) -> list[tuple[OriginItem, Any]]:
+        """The newest ``limit`` live items (all with None), oldest first, read from the tail. Only
+        each event's place and origin are read (the items are the origins, verbatim), with the
+        garbage collector paused while the result is built (see store.rows.gc_paused)."""
         from projections.live import live_marks  # here: keeps `import turnlog.integrations` light
 
         head = self._store.head_version(self.session_id)
-        window = head if limit is None else min(head, 2 * limit + 16)
+        window = None if limit is None else min(head, 2 * limit + 16)
         while True:
-            records = self._store.read_tail(self.session_id, window) if window else []
-            marks = live_marks(self._store, self.session_id, records)
-            items = [
-                (record, item)
-                for record, live in zip(records, marks, strict=True)
-                if live and (item := _item_of(record)) is not None
-            ]
-            if limit is None or len(items) >= limit or window >= head:
+            with gc_paused():
+                rows = self._store.read_origins(self.session_id, newest=window) if window != 0 else []
+                marks = live_marks(self._store, self.session_id, rows)
+                items = [
+                    (row, row.item)
+                    for row, live in zip(rows, marks, strict=True)
+                    if live and row.framework == FRAMEWORK
+                ]
+            if limit is None or window is None or len(items) >= limit or window >= head:
                 return items if limit is None else items[len(items) - min(limit, len(items)) :]
             window = min(head, window * 4)
 

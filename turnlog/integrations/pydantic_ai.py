@@ -53,6 +53,7 @@ _RECORD = "conversation_record"
 _ENTRY = "conversation_entry"
 _RECORDS: TypeAdapter[ConversationRecord] = TypeAdapter(ConversationRecord)
 _ENTRIES: TypeAdapter[ConversationEntry] = TypeAdapter(ConversationEntry)
+_ENTRY_LIST: TypeAdapter[list[ConversationEntry]] = TypeAdapter(list[ConversationEntry])
 
 
 class TurnlogConversationStore(ConversationStore):
@@ -153,6 +154,33 @@ class TurnlogConversationStore(ConversationStore):
         if entry is None:
             raise KeyError(entry_id)
         return entry
+
+    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
+        """The entries up to ``head_id`` (the last ``limit`` of them), as pydantic-ai's own walk of
+        parent ids finds them, but with the entries of the head's session read in one pass (their
+        place and origin only, validated in one call) instead of one lookup per entry; an entry
+        found elsewhere (a branch, a fork's parent, a state-kept entry) is looked up alone."""
+        if head_id is None or limit == 0:
+            return []
+        try:
+            session = self.store.get_event(head_id).session_id
+        except UnknownEventError as exc:
+            raise KeyError(head_id) from exc
+        window = None if limit is None else 4 * limit + 16
+        found: dict[str, Any] = {}
+        for row in self.store.read_origins(session, newest=window):
+            item = row.item
+            if row.framework == FRAMEWORK and isinstance(item, dict) and isinstance(item.get("entry"), dict):
+                found[str(item["entry"].get("id"))] = item["entry"]
+        chain: list[Any] = []
+        entry_id: str | None = head_id
+        while entry_id is not None and (limit is None or len(chain) < limit):
+            raw = found.get(entry_id)
+            entry: Any = raw if raw is not None else await self.read_entry(entry_id)
+            chain.append(entry)
+            entry_id = entry["parent_id"] if raw is not None else entry.parent_id
+        chain.reverse()
+        return _validated(chain)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -256,6 +284,14 @@ def _entry_of(recorded: RecordedEvent) -> ConversationEntry | None:
     if item is None or "entry" not in item:
         return None
     return _ENTRIES.validate_python(item["entry"])
+
+
+def _validated(chain: list[Any]) -> list[ConversationEntry]:
+    """Entries from a mix of stored dicts and entries already read, in order, the dicts validated
+    in one call."""
+    raw = [e for e in chain if not isinstance(e, ConversationEntry)]
+    parsed = iter(_ENTRY_LIST.validate_python(raw)) if raw else iter(())
+    return [e if isinstance(e, ConversationEntry) else next(parsed) for e in chain]
 
 
 def _entry_events(entry: ConversationEntry) -> list[Event]:

@@ -1,0 +1,119 @@
+"""An append to a store kept caught up costs one commit: the token counts and the materialized
+projections are written in the append's own transaction. When that cannot be done (a projection
+fails, the projections are behind), the events still commit and the catch-up does the rest. Rows
+read back skip the depth re-check; verify does not."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import turnlog
+from projections.context_index import ContextIndex
+from projections.registry import materializer
+from store import MessageAppended, Origin, SQLiteStore, StoreError
+from store.limits import MAX_JSON_DEPTH
+from store.rows import event_hash
+from store.sqlite import counted_through
+
+
+def _commits(store: SQLiteStore) -> list[str]:
+    seen: list[str] = []
+    store.conn.set_trace_callback(lambda sql: seen.append(sql) if sql.strip().upper() == "COMMIT" else None)
+    return seen
+
+
+def _checkpoints(store: SQLiteStore) -> set[int]:
+    rows = store.conn.execute("SELECT position FROM projection_checkpoints").fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def test_one_commit_per_append_with_projections_and_counts_caught_up(tmp_path: Path) -> None:
+    store = turnlog.open_store(tmp_path / "t.db")
+    store.append("s", [MessageAppended(role="user", content="first")])  # creates the projections
+    commits = _commits(store)
+    for i in range(5):
+        store.append("s", [MessageAppended(role="user", content=f"message {i}")])
+    store.conn.set_trace_callback(None)
+    assert len(commits) == 5
+    head = store.head_position()
+    assert _checkpoints(store) == {head}
+    with store.reading() as conn:
+        assert counted_through(conn) == head
+    assert store.conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()[0] == 0
+    assert materializer(store).differences() == []
+    store.close()
+
+
+def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = turnlog.open_store(tmp_path / "t.db")
+    store.append("s", [MessageAppended(role="user", content="first")])
+    before = _checkpoints(store)
+
+    def broken(self: Any, conn: sqlite3.Connection, records: Any) -> None:
+        conn.execute("INSERT INTO ctx_messages DEFAULT VALUES")  # a write the rollback must undo
+        raise StoreError("projection failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ContextIndex, "apply", broken)
+        stored = store.append("s", [MessageAppended(role="user", content="second")])
+    assert [r.version for r in stored] == [2]
+    assert store.head_version("s") == 2
+    assert _checkpoints(store) == before  # nothing of the failed projection work was kept
+    assert materializer(store).catch_up() == store.head_position()
+    assert materializer(store).differences() == []
+    store.close()
+
+
+def test_projections_behind_the_log_are_caught_up_by_the_append(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with SQLiteStore.open(path) as bare:  # no projections kept: they fall behind
+        bare.append("s", [MessageAppended(role="user", content=f"m{i}") for i in range(3)])
+    store = turnlog.open_store(path)
+    store.append("s", [MessageAppended(role="user", content="next")])
+    assert _checkpoints(store) == {store.head_position()}
+    assert materializer(store).differences() == []
+    store.close()
+
+
+def _forge_origin_row(path: Path, depth: int) -> int:
+    """Append, by hand with a valid hash, a message whose origin item nests ``depth`` levels."""
+    text = "[" * (depth - 1) + "]" * (depth - 1)
+    payload = '{"role":"user","content":"x","origin":{"framework":"f","item":' + text + "}}"
+    conn = sqlite3.connect(path, isolation_level=None)
+    position, prev = conn.execute(
+        "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
+    ).fetchone()
+    position += 1
+    at = "2025-08-01T10:00:00.000000+00:00"
+    digest = event_hash(prev, position, "s", 2, "forged", "message_appended", 1, payload, None, at)
+    conn.execute(
+        "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
+        "blob_id, tokens, recorded_at, prev_hash, hash) VALUES (?, 's', 2, 'forged', 'message_appended', "
+        "1, ?, NULL, NULL, ?, ?, ?)",
+        (position, payload, at, prev, digest),
+    )
+    conn.close()
+    return int(position)
+
+
+def test_verify_still_checks_the_depth_that_reads_trust(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with SQLiteStore.open(path) as store:
+        store.append("s", [MessageAppended(role="user", content="first")])
+    deep: Any = []
+    for _ in range(MAX_JSON_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(ValueError, match="levels deep"):  # input is still checked
+        Origin(framework="f", item=deep)
+    bad = _forge_origin_row(path, MAX_JSON_DEPTH + 10)
+    with SQLiteStore.open(path) as store:
+        report = store.verify()
+        assert not report.ok
+        assert report.first_bad_position == bad
+        assert any("levels deep" in p for p in report.problems), report.problems
