@@ -26,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import functools
 import json
 import random
 import re
+import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
 from turnlog.integrations import StoreLike, open_for_adapter, require
@@ -52,7 +54,18 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
+from projections.langgraph_index import (  # noqa: E402
+    CHECKPOINT_MEDIA,
+    FRAMEWORK,
+    WRITES_MEDIA,
+    CheckpointRow,
+    WriteRow,
+    find_checkpoints,
+    has_rows,
+    writes_of,
+)
 from projections.live import live_marks  # noqa: E402
+from projections.registry import materializer  # noqa: E402
 from store import (  # noqa: E402
     NO_SESSION,
     Event,
@@ -69,19 +82,16 @@ from store import (  # noqa: E402
     VersionConflictError,
 )
 from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
-from turnlog.integrations.langgraph_index import (  # noqa: E402
-    CHECKPOINT_MEDIA,
-    FRAMEWORK,
-    WRITES_MEDIA,
-    CheckpointEntry,
-    ThreadIndex,
-)
+from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
 
 __all__ = ["FRAMEWORK", "TurnlogSaver"]
 
 _FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")  # SqliteSaver's rule for metadata filter keys
 _SERDE = re.compile(r"serde=([^;]+)")
 _MAX_TARGETS = 1000  # message_removed names at most this many events
+_PAGE = 256  # checkpoints read per query by list()
+
+_Query = Callable[[sqlite3.Connection], Any]
 
 
 class TurnlogSaver(BaseCheckpointSaver[str]):
@@ -105,7 +115,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         self.map_messages = map_messages
         """Whether the root namespace's ``messages`` channel is also written as message events."""
         self._lock = threading.RLock()
-        self._threads: dict[str, ThreadIndex] = {}
+        self._messages: dict[str, ThreadMessages] = {}
 
     @property
     def store(self) -> SQLiteStore:
@@ -123,39 +133,24 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the index ------------------------------------------------------------------------------
+    # --- the index (projections.langgraph_index, kept caught up with the log) -------------------
 
-    def _sync(self, thread_id: str) -> ThreadIndex:
-        """The thread's index, advanced over whatever the log holds beyond it (any writer's)."""
-        index = self._threads.setdefault(thread_id, ThreadIndex())
-        if self._store.head_version(thread_id) > index.version:
-            index.fold(self._store.read_session(thread_id, from_version=index.version + 1))
-        return index
+    def _query(self, query: _Query) -> Any:
+        materializer(self._store).catch_up()  # whatever any writer appended is indexed first
+        with self._store.reading() as conn:
+            return query(conn)
 
-    def _append(self, thread_id: str, index: ThreadIndex, events: list[Event]) -> None:
-        """Append after exactly what the index has seen (VersionConflictError if another writer
-        appended meanwhile), then fold what was stored."""
-        if index.version == 0:
+    def _append(self, sid: str, head: int, events: builtins.list[Event]) -> builtins.list[RecordedEvent]:
+        """Append right after version ``head`` (VersionConflictError if another writer appended
+        meanwhile); a thread's first events open its session."""
+        if head == 0:
             events = [SessionStarted(metadata={"framework": FRAMEWORK}), *events]
-        expected = index.version if index.version else NO_SESSION
-        records = self._store.append(thread_id, events, expected_version=expected, bounded=False)
-        index.fold(records)
-
-    def _thread_ids(self) -> list[str]:
-        """Every LangGraph thread of the store (for ``list`` without a thread)."""
-        found = []
-        for summary in self._store.sessions():
-            sid = summary.session_id
-            if sid not in self._threads:
-                first = self._store.first_event(sid)
-                if not (
-                    first is not None
-                    and isinstance(first.event, SessionStarted)
-                    and (first.event.metadata or {}).get("framework") == FRAMEWORK
-                ):
-                    continue
-            found.append(sid)
-        return found
+        expected = head if head else NO_SESSION
+        records = self._store.append(sid, events, expected_version=expected, bounded=False)
+        known = self._messages.get(sid)
+        if known is not None and known.live is not None and known.version == head:
+            known.fold(records)
+        return records
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -167,53 +162,55 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         namespace = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
-            index = self._sync(thread_id)
-            wanted = checkpoint_id or index.latest_id(namespace)
-            entry = index.checkpoints.get(namespace, {}).get(wanted) if wanted else None
-            if wanted is None or entry is None:
+            rows, writes = self._query(
+                lambda conn: _with_writes(
+                    conn,
+                    find_checkpoints(
+                        conn,
+                        session_id=thread_id,
+                        namespace=namespace,
+                        checkpoint_id=checkpoint_id or None,
+                        limit=1,
+                    ),
+                )
+            )
+            if not rows:
                 return None
             if not checkpoint_id:
-                config = _config(thread_id, namespace, wanted)
-            return self._tuples(thread_id, index, [(namespace, wanted, entry)], [config])[0]
+                config = _config(thread_id, namespace, rows[0][2])
+            return self._tuples(thread_id, rows, [config], writes)[0]
 
     def _tuples(
         self,
         thread_id: str,
-        index: ThreadIndex,
-        found: Sequence[tuple[str, str, CheckpointEntry]],
+        rows: Sequence[CheckpointRow],
         configs: Sequence[RunnableConfig],
-    ) -> list[CheckpointTuple]:
-        """Checkpoint tuples of one thread, read in one query with their writes."""
-        writes = [
-            sorted(
-                index.writes.get((ns, cid), {}).values(),
-                key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
-            )
-            for ns, cid, _ in found
-        ]
-        versions = {e.version for _, _, e in found} | {w.version for ws in writes for w in ws}
-        events = {r.version: r for r in self._store.read_versions(thread_id, sorted(versions))}
-        decoded: dict[int, list[list[str]]] = {}
+        writes: Sequence[Sequence[WriteRow]],
+    ) -> builtins.list[CheckpointTuple]:
+        """Checkpoint tuples of one thread, their events read in one query."""
+        versions = {row[4] for row in rows} | {w[2] for mine in writes for w in mine}
+        events = {r.version: _state(r) for r in self._store.read_versions(thread_id, sorted(versions))}
+        decoded: dict[int, Any] = {}
         result = []
-        for (ns, _cid, entry), config, mine in zip(found, configs, writes, strict=True):
-            state = _state(events[entry.version])
+        for row, config, mine in zip(rows, configs, writes, strict=True):
+            _sid, ns, _cid, parent, version, metadata = row
+            state = events[version]
             checkpoint = self.serde.loads_typed(
                 (_serde_type(state.media_type), base64.b64decode(state.content))
             )
-            pending: list[PendingWrite] = []
-            for w in mine:
-                items = decoded.get(w.version)
-                if items is None:
-                    items = decoded[w.version] = json.loads(_state(events[w.version]).content)
-                type_, value = items[w.item]
-                channel = (_state(events[w.version]).metadata or {}).get("channels", [])[w.item]  # type: ignore[index]
-                pending.append(
-                    (w.task_id, str(channel), self.serde.loads_typed((type_, base64.b64decode(value))))
-                )
-            parent = _config(thread_id, ns, entry.parent) if entry.parent else None
+            pending: builtins.list[PendingWrite] = []
+            for task_id, channel, at, item, _path, _idx in mine:
+                if at not in decoded:
+                    decoded[at] = json.loads(events[at].content)
+                type_, value = decoded[at][item]
+                pending.append((task_id, channel, self.serde.loads_typed((type_, base64.b64decode(value)))))
             result.append(
                 CheckpointTuple(
-                    config, checkpoint, cast(CheckpointMetadata, dict(entry.metadata)), parent, pending
+                    config,
+                    checkpoint,
+                    cast(CheckpointMetadata, json.loads(metadata)),
+                    _config(thread_id, ns, parent) if parent else None,
+                    pending,
                 )
             )
         return result
@@ -226,53 +223,44 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first (descending id), as SqliteSaver lists them: of one thread
-        (and namespace, and id, if the config names them) or of every thread; ``filter`` matches
-        metadata keys (dotted paths) as SQLite's ``json_extract`` compares them; ``before`` keeps the
-        ids below its checkpoint id; ``limit`` caps the count."""
+        """Checkpoints newest first (descending id), selected as SqliteSaver selects them: of one
+        thread (and namespace, and id, if the config names them) or of every thread; ``filter``
+        compares metadata keys (dotted paths) with ``json_extract``; ``before`` keeps the ids below
+        its checkpoint id; ``limit`` caps the count."""
         for key in filter or {}:
             if not _FILTER_KEY.match(key):
                 raise ValueError(
                     f"Invalid filter key: '{key}'. Filter keys must contain only alphanumeric "
                     "characters, underscores, dots, and hyphens."
                 )
-        with self._lock:
-            matches = self._matches(config, filter or {}, before)
-        if limit is not None and limit >= 0:
-            matches = matches[:limit]
-        for start in range(0, len(matches), 32):  # read in small pages, so a long list streams
-            page = matches[start : start + 32]
-            with self._lock:
-                for thread_id, ns, cid, entry in page:
-                    index = self._sync(thread_id)
-                    yield self._tuples(thread_id, index, [(ns, cid, entry)], [_config(thread_id, ns, cid)])[0]
-
-    def _matches(
-        self, config: RunnableConfig | None, filter: dict[str, Any], before: RunnableConfig | None
-    ) -> builtins.list[tuple[str, str, str, CheckpointEntry]]:
-        if config is not None:
-            conf = config["configurable"]
-            threads = [str(conf["thread_id"])]
-            namespace: str | None = conf.get("checkpoint_ns")
-            only_id = get_checkpoint_id(config)
-        else:
-            threads, namespace, only_id = self._thread_ids(), None, None
         below = get_checkpoint_id(before) if before is not None else None
         if before is not None and below is None:
-            return []  # SQL's `checkpoint_id < NULL` matches nothing
-        found = []
-        for thread_id in threads:
-            index = self._sync(thread_id)
-            for ns, checkpoints in index.checkpoints.items():
-                if namespace is not None and ns != namespace:
-                    continue
-                for cid, entry in checkpoints.items():
-                    if (only_id and cid != only_id) or (below is not None and not cid < below):
-                        continue
-                    if all(_metadata_matches(entry.metadata, k, v) for k, v in filter.items()):
-                        found.append((thread_id, ns, cid, entry))
-        found.sort(key=lambda f: f[2], reverse=True)
-        return found
+            return  # SQL's `checkpoint_id < NULL` matches nothing
+        conf = config["configurable"] if config is not None else {}
+        thread = str(conf["thread_id"]) if config is not None else None
+        with self._lock:
+            rows: builtins.list[CheckpointRow] = self._query(
+                lambda conn: find_checkpoints(
+                    conn,
+                    session_id=thread,
+                    namespace=conf.get("checkpoint_ns"),
+                    checkpoint_id=get_checkpoint_id(config) if config is not None else None,
+                    metadata=filter,
+                    before=below,
+                    limit=limit,
+                )
+            )
+        for start in range(0, len(rows), _PAGE):  # read in pages: a long list streams
+            page = rows[start : start + _PAGE]
+            built: dict[tuple[str, str, str], CheckpointTuple] = {}
+            with self._lock:
+                for sid in dict.fromkeys(row[0] for row in page):
+                    mine = [row for row in page if row[0] == sid]
+                    _, writes = self._query(functools.partial(_with_writes, rows=mine))
+                    configs = [_config(sid, row[1], row[2]) for row in mine]
+                    tuples = self._tuples(sid, mine, configs, writes)
+                    built.update({row[:3]: t for row, t in zip(mine, tuples, strict=True)})
+            yield from (built[row[:3]] for row in page)
 
     # --- writes ---------------------------------------------------------------------------------
 
@@ -303,15 +291,18 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             metadata=meta,
         )
         sid = str(thread_id)
+        messages = (checkpoint.get("channel_values") or {}).get("messages")
         with self._lock:
             while True:
-                index = self._sync(sid)
                 try:
-                    messages = self._message_events(sid, index, parent, checkpoint) if namespace == "" else []
-                    self._append(sid, index, [*messages, state])
+                    if namespace == "" and self.map_messages and isinstance(messages, builtins.list):
+                        head, events = self._message_events(sid, parent, messages)
+                    else:
+                        head, events = self._store.head_version(sid), []
+                    self._append(sid, head, [*events, state])
                     break
                 except VersionConflictError:
-                    continue  # another writer appended meanwhile: fold it and map again
+                    continue  # another writer appended meanwhile: look again
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -321,24 +312,26 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         }
 
     def _message_events(
-        self, sid: str, index: ThreadIndex, parent: str | None, checkpoint: Checkpoint
-    ) -> builtins.list[Event]:
-        """The events that make the session's live messages those of the checkpoint's ``messages``."""
-        messages = (checkpoint.get("channel_values") or {}).get("messages")
-        if not self.map_messages or not isinstance(messages, list):
-            return []
-        latest = index.latest_id("")
-        root = index.checkpoints.get("", {})
-        if parent is not None and latest is not None and parent != latest and parent in root:
-            # Time travel: back to the state the session had when that checkpoint was stored.
-            rewind = SessionRewound(
-                to_version=root[parent].version,
-                reason="time_travel",
-                source=FRAMEWORK,
-                note=f"resumed from checkpoint {parent}",
+        self, sid: str, parent: str | None, messages: builtins.list[Any]
+    ) -> tuple[int, builtins.list[Event]]:
+        """The session's head and the events that make its live messages the checkpoint's."""
+        if parent is not None:
+            latest, at = self._query(
+                lambda conn: (
+                    find_checkpoints(conn, session_id=sid, namespace="", limit=1),
+                    find_checkpoints(conn, session_id=sid, namespace="", checkpoint_id=parent),
+                )
             )
-            self._append(sid, index, [rewind])
-        live = self._live_messages(sid, index)
+            if latest and at and latest[0][2] != parent:
+                # Time travel: back to the state the session had when that checkpoint was stored.
+                rewind = SessionRewound(
+                    to_version=at[0][4],
+                    reason="time_travel",
+                    source=FRAMEWORK,
+                    note=f"resumed from checkpoint {parent}",
+                )
+                self._append(sid, self._store.head_version(sid), [rewind])
+        head, live = self._live_messages(sid)
         current = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id]
         ids = {m.id for m in current}
         gone = [event_id for message_id, event_id in live.items() if message_id not in ids]
@@ -355,16 +348,21 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             added.add(cast(str, message.id))
             events.append(_message_event(message))
             events.extend(_usage(message))
-        return events
+        return head, events
 
-    def _live_messages(self, sid: str, index: ThreadIndex) -> dict[str, str]:
-        if index.messages is None:  # after a rewind: the live set is the log's, as turnlog folds it
-            records = self._store.read_session(sid, to_version=index.version)
+    def _live_messages(self, sid: str) -> tuple[int, dict[str, str]]:
+        """The session's head version and its live LangGraph messages there."""
+        known = self._messages.setdefault(sid, ThreadMessages(live=None))
+        head = self._store.head_version(sid)
+        if known.live is not None and head > known.version:
+            known.fold(self._store.read_session(sid, from_version=known.version + 1))
+        if known.live is None:  # first use, or after a rewind: turnlog's live set says which
+            records = self._store.read_session(sid, to_version=head)
             marks = live_marks(self._store, sid, records)
-            fresh = ThreadIndex()
+            fresh = ThreadMessages()
             fresh.fold(r for r, live in zip(records, marks, strict=True) if live)
-            index.messages = fresh.messages or {}
-        return index.messages
+            known.live, known.version = fresh.live, head
+        return head, cast(dict[str, str], known.live)
 
     def put_writes(
         self,
@@ -394,9 +392,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         )
         with self._lock:
             while True:
-                index = self._sync(sid)
                 try:
-                    self._append(sid, index, [event])
+                    self._append(sid, self._store.head_version(sid), [event])
                     return
                 except VersionConflictError:
                     continue
@@ -407,13 +404,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         sid = str(thread_id)
         with self._lock:
             while True:
-                index = self._sync(sid)
-                if not index.checkpoints and not index.writes:
+                if not self._query(lambda conn: has_rows(conn, sid)):
                     return  # nothing to delete: as SqliteSaver, a no-op
                 try:
-                    self._append(
-                        sid, index, [SessionRewound(to_version=0, reason="delete", source=FRAMEWORK)]
-                    )
+                    rewind = SessionRewound(to_version=0, reason="delete", source=FRAMEWORK)
+                    self._append(sid, self._store.head_version(sid), [rewind])
                     return
                 except VersionConflictError:
                     continue
@@ -478,6 +473,14 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
     }
 
 
+def _with_writes(
+    conn: sqlite3.Connection, rows: builtins.list[CheckpointRow]
+) -> tuple[builtins.list[CheckpointRow], builtins.list[builtins.list[WriteRow]]]:
+    """The rows, and each one's pending writes in LangGraph's order (``writes_sort_key``)."""
+    writes = [writes_of(conn, row[0], row[1], row[2]) for row in rows]
+    return rows, [sorted(mine, key=lambda w: writes_sort_key(w[4], w[0], w[5])) for mine in writes]
+
+
 def _state(record: RecordedEvent) -> StateRecorded:
     event = record.event
     if not isinstance(event, StateRecorded):  # the index points only at state events
@@ -499,40 +502,3 @@ def _message_event(message: BaseMessage) -> Event:
         event = _to_event(message.model_copy(update={"additional_kwargs": {}, "response_metadata": {}}))
     item = event.origin.item if isinstance(event, MessageAppended | ToolReturned) and event.origin else None
     return event.model_copy(update={"origin": Origin(framework=FRAMEWORK, item=item)})
-
-
-# SQLite's json_extract() values as SqliteSaver's filter compares them: None, a number, or text.
-_MISSING = object()
-
-
-def _extract(metadata: Any, path: str) -> Any:
-    value = metadata
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def _sql_value(value: Any) -> Any:
-    if value is _MISSING or value is None:
-        return None
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int | float | str):
-        return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _metadata_matches(metadata: Any, key: str, wanted: Any) -> bool:
-    """One ``filter`` key, as ``json_extract(metadata, '$.key') = ?`` (or ``IS NULL``) matches it."""
-    got = _sql_value(_extract(metadata, key))
-    if wanted is None:
-        return got is None
-    if isinstance(wanted, int | float):  # bools included: True is 1
-        return isinstance(got, int | float) and got == wanted
-    if isinstance(wanted, str):
-        return isinstance(got, str) and got == wanted
-    if isinstance(wanted, dict | list):
-        return isinstance(got, str) and got == json.dumps(wanted, separators=(",", ":"))
-    return isinstance(got, str) and got == str(wanted)
