@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -314,3 +316,16 @@ def test_async_methods_on_the_same_instance(tmp_path: Path) -> None:
 
     with TurnlogSaver(db=tmp_path / "t.db") as saver:
         asyncio.run(run(saver))
+
+
+def test_without_langgraph_the_error_names_the_extra() -> None:
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import tests.helpers.no_frameworks\n"
+        "import turnlog, turnlog.integrations\n"
+        "try:\n import turnlog.integrations.langgraph\nexcept ImportError as e:\n print(e)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert "pip install 'turnlog[langgraph]'" in result.stdout
