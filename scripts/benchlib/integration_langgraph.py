@@ -1,6 +1,7 @@
 """TurnlogSaver against LangGraph's own SqliteSaver: ``put`` throughput (one checkpoint and one
-``put_writes`` per step, the per-step pattern of a graph), the latest checkpoint's ``get_tuple``
-latency, a checkpoint by id, and SqliteSaver's full read (``list()`` of the thread) at N steps.
+``put_writes`` per step, the pattern of a graph step; ``puts_per_s`` counts steps), the latest
+checkpoint's ``get_tuple`` latency, a checkpoint by id, and the full read (``list()`` of the
+thread, then its newest) at N steps.
 
 Not wired into ``scripts/bench.py`` yet. Run: ``python -m scripts.benchlib.integration_langgraph [N]``
 from the repository root, or call :func:`bench_langgraph` (returns one dict per backend). Both are at
@@ -38,47 +39,60 @@ def _ms(fn: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
-def _measure(saver: Any, n: int, reopen: Any) -> dict[str, float]:
-    config: Any = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
-    thread: Any = {"configurable": {"thread_id": "bench"}}
-    first = None
-    start = time.perf_counter()
-    for step in range(n):
-        config = saver.put(config, _checkpoint(step), {"source": "loop", "step": step}, {})
-        saver.put_writes(config, [("step", step + 1)], task_id=f"task-{step}")
-        first = first or config
-    puts = n / (time.perf_counter() - start)
-    latest = saver.get_tuple(thread)
-    assert latest is not None and latest.config == config  # the same answer from both, or no figure
-    latest_ms = _ms(lambda: saver.get_tuple(thread), 20)
-    by_id_ms = _ms(lambda: saver.get_tuple(first), 20)
-    start = time.perf_counter()
-    listed = list(saver.list(thread))
-    newest = listed[0]  # the full read, trimmed to the newest
-    full_ms = (time.perf_counter() - start) * 1000
-    assert len(listed) == n and newest.config == config
-    fresh = reopen()
-    start = time.perf_counter()
-    fresh.get_tuple(thread)
-    cold_ms = (time.perf_counter() - start) * 1000
-    return {
-        "puts_per_s": round(puts, 1),
-        "latest_get_ms": round(latest_ms, 3),
-        "by_id_get_ms": round(by_id_ms, 3),
-        "full_list_ms": round(full_ms, 1),
-        "cold_latest_get_ms": round(cold_ms, 2),
-    }
+class _Run:
+    """One backend's thread: puts step by step, and the reads measured at the end."""
+
+    def __init__(self, saver: Any, reopen: Any) -> None:
+        self.saver, self.reopen = saver, reopen
+        self.config: Any = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
+        self.first: Any = None
+        self.seconds = 0.0
+        self.steps = 0
+
+    def put(self, steps: range) -> None:
+        start = time.perf_counter()
+        for step in steps:
+            self.config = self.saver.put(self.config, _checkpoint(step), {"source": "loop", "step": step}, {})
+            self.saver.put_writes(self.config, [("step", step + 1)], task_id=f"task-{step}")
+            self.first = self.first or self.config
+        self.seconds += time.perf_counter() - start
+        self.steps += len(steps)
+
+    def reads(self) -> dict[str, float]:
+        thread: Any = {"configurable": {"thread_id": "bench"}}
+        latest = self.saver.get_tuple(thread)
+        assert latest is not None and latest.config == self.config  # the same answer from both, or no figure
+        latest_ms = _ms(lambda: self.saver.get_tuple(thread), 20)
+        by_id_ms = _ms(lambda: self.saver.get_tuple(self.first), 20)
+        start = time.perf_counter()
+        listed = list(self.saver.list(thread))
+        newest = listed[0]  # the full read, trimmed to the newest
+        full_ms = (time.perf_counter() - start) * 1000
+        assert len(listed) == self.steps and newest.config == self.config
+        fresh = self.reopen()
+        start = time.perf_counter()
+        fresh.get_tuple(thread)
+        cold_ms = (time.perf_counter() - start) * 1000
+        return {
+            "puts_per_s": round(self.steps / self.seconds, 1),
+            "latest_get_ms": round(latest_ms, 3),
+            "by_id_get_ms": round(by_id_ms, 3),
+            "full_list_ms": round(full_ms, 1),
+            "cold_latest_get_ms": round(cold_ms, 2),
+        }
 
 
 def bench_langgraph(n: int = 2000, workdir: Path | None = None) -> list[dict[str, Any]]:
-    """Measure both backends at ``n`` steps, each in a fresh file under ``workdir`` (a temp dir)."""
+    """Measure both backends at ``n`` steps, each in a fresh file under ``workdir`` (a temp dir).
+    The puts alternate between the two in rounds of 100 steps, so a machine whose disk is busier
+    in one phase than in another does not favour either."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from turnlog.integrations.langgraph import TurnlogSaver
 
     root = workdir or Path(tempfile.mkdtemp(prefix="bench-lg-"))
-    rows: list[dict[str, Any]] = []
     connections: list[sqlite3.Connection] = []
+    savers: list[Any] = []
 
     def sqlite_saver() -> Any:
         conn = sqlite3.connect(root / "langgraph.db", check_same_thread=False)
@@ -87,14 +101,18 @@ def bench_langgraph(n: int = 2000, workdir: Path | None = None) -> list[dict[str
         connections.append(conn)
         return SqliteSaver(conn)
 
-    rows.append({"backend": "SqliteSaver", "steps": n, **_measure(sqlite_saver(), n, sqlite_saver)})
-    savers: list[Any] = []
-
     def turnlog_saver() -> Any:
         savers.append(TurnlogSaver(db=root / "turnlog.db"))
         return savers[-1]
 
-    rows.append({"backend": "TurnlogSaver", "steps": n, **_measure(turnlog_saver(), n, turnlog_saver)})
+    runs = {
+        "SqliteSaver": _Run(sqlite_saver(), sqlite_saver),
+        "TurnlogSaver": _Run(turnlog_saver(), turnlog_saver),
+    }
+    for start in range(0, n, 100):
+        for run in runs.values():
+            run.put(range(start, min(n, start + 100)))
+    rows = [{"backend": name, "steps": n, **run.reads()} for name, run in runs.items()]
     for conn in connections:
         conn.close()
     for saver in savers:

@@ -32,6 +32,7 @@ import random
 import re
 import sqlite3
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -111,7 +112,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         map_messages: bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        self._store, self._owned = open_for_adapter(db)
+        if isinstance(db, SQLiteStore):
+            self._store, self._owned = open_for_adapter(db)
+        else:
+            self._store, self._owned = SQLiteStore.open(db), True
+            _advance_after_messages(self._store)
         self.map_messages = map_messages
         """Whether the root namespace's ``messages`` channel is also written as message events."""
         self._lock = threading.RLock()
@@ -465,6 +470,21 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def _advance_after_messages(store: SQLiteStore) -> None:
+    """Like ``turnlog.open_store``'s hook, but an append of state events alone (a checkpoint
+    without new messages, a task's writes: most of a graph's steps) leaves the materialized
+    projections to the next append with messages or the next read, which fold the backlog in one
+    transaction instead of one per step. The log itself is durable either way."""
+    ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
+
+    def advance(records: Sequence[RecordedEvent]) -> None:
+        kept = ref()
+        if kept is not None and any(r.type != "state_recorded" for r in records):
+            materializer(kept).catch_up(appended=records)
+
+    store.on_append(advance)
 
 
 def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfig:
