@@ -329,3 +329,20 @@ def test_without_langgraph_the_error_names_the_extra() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert "pip install 'turnlog[langgraph]'" in result.stdout
+
+
+def test_delta_channel_history_walks_parents_and_stops_at_a_cycle(saver: BaseCheckpointSaver[str]) -> None:
+    first = put(saver, cfg("t"), 0)
+    saver.put_writes(first, [("log", "a"), ("other", 1)], task_id="x")
+    second = put(saver, first, 1)
+    saver.put_writes(second, [("log", "b")], task_id="y")
+    third = put(saver, second, 2)
+    got = saver.get_delta_channel_history(config=third, channels=["log", "count"])
+    assert got["log"] == {"writes": [("x", "log", "a"), ("y", "log", "b")]}
+    assert got["count"] == {"writes": [], "seed": 1}  # the nearest ancestor holding the channel
+    assert saver.get_delta_channel_history(config=third, channels=[]) == {}
+    # A checkpoint put again under a later one makes the parent chain a cycle: the walk ends.
+    again = {**create_checkpoint(empty_checkpoint(), None, 0), "id": first["configurable"]["checkpoint_id"]}
+    saver.put(second, again, {}, {})  # type: ignore[arg-type]
+    looped = saver.get_delta_channel_history(config=second, channels=["log"])
+    assert looped["log"]["writes"] == [("x", "log", "a")]

@@ -33,7 +33,7 @@ import re
 import sqlite3
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from turnlog.integrations import StoreLike, open_for_adapter, require
@@ -48,6 +48,7 @@ from langgraph.checkpoint.base import (  # noqa: E402
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
@@ -417,6 +418,48 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                     return
                 except VersionConflictError:
                     continue
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's default walk up the parent chain (each ancestor's writes, then the nearest
+        stored value as the seed), stopping where the chain comes back to a checkpoint it has seen,
+        as SqliteSaver's recursive query does (a checkpoint put again may name a later one as its
+        parent)."""
+        if not channels:
+            return {}
+        collected: dict[str, builtins.list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        target = self.get_tuple(config)
+        seen = {target.config["configurable"]["checkpoint_id"]} if target else set()
+        cursor = target.parent_config if target else None
+        while cursor is not None and remaining:
+            found = self.get_tuple(cursor)
+            if found is None or found.config["configurable"]["checkpoint_id"] in seen:
+                break
+            seen.add(found.config["configurable"]["checkpoint_id"])
+            for write in reversed(found.pending_writes or []):
+                if write[1] in remaining:
+                    collected[write[1]].append(write)
+            for channel in [c for c in remaining if c in found.checkpoint["channel_values"]]:
+                seeds[channel] = found.checkpoint["channel_values"][channel]
+                remaining.discard(channel)
+            cursor = found.parent_config
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": builtins.list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """SqliteSaver's: the next integer, zero-padded, with a random fraction."""
