@@ -17,8 +17,10 @@ session (session id = ``thread_id``); every namespace (subgraphs) of the thread 
   that checkpoint's event; ``delete_thread`` is a ``session_rewound`` to 0 (``delete``). Nothing is
   ever deleted from the log.
 
-Reads use an in-memory index of each thread (:mod:`turnlog.integrations.langgraph_index`), folded
-from the log and advanced from it before every call, so the latest checkpoint is one indexed read.
+Reads use the materialized projection ``projections.langgraph_index`` (latest checkpoint per
+namespace, checkpoint by id, pending writes, metadata for ``list(filter=...)``), caught up with the
+log before each read, so the latest checkpoint is one indexed query whatever the thread's length.
+Which messages are live is folded in memory per thread (read once per process, then advanced).
 """
 
 from __future__ import annotations
