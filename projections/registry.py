@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from projections.artifacts import ArtifactsProjection
 from projections.context_index import ContextIndex
+from projections.langgraph_index import LangGraphIndex
 from projections.ledger import Ledger
 from projections.live_index import LiveIndex
 from projections.materialize import Materializer, Projection
@@ -31,6 +32,7 @@ def all_projections() -> list[Projection]:
         Ledger(),
         ArtifactsProjection(),
         TodosProjection(),
+        LangGraphIndex(),
     ]
 
 

@@ -1,0 +1,200 @@
+"""The LangGraph checkpoints of each session, materialized: which checkpoints and pending writes a
+thread holds and at which session version their ``state_recorded`` events are, so the LangGraph saver
+(``turnlog.integrations.langgraph``) finds the latest checkpoint, one by id, or a filtered list with
+one indexed query instead of reading the thread.
+
+The rules are SqliteSaver's: a checkpoint stored again under the same id replaces the first; a
+``put_writes`` whose writes all go to special channels replaces earlier writes with the same keys,
+any other keeps them; a rewind to version 0 (``delete_thread``) forgets the session's rows. Other
+rewinds (LangGraph time travel) change nothing here: LangGraph still lists every checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from projections.materialize import Projection
+from store import RecordedEvent, SessionRewound, StateRecorded
+
+__all__ = [
+    "CHECKPOINT_MEDIA",
+    "FRAMEWORK",
+    "SPECIAL_CHANNELS",
+    "WRITES_MEDIA",
+    "CheckpointRow",
+    "LangGraphIndex",
+    "WriteRow",
+    "find_checkpoints",
+    "has_rows",
+    "writes_of",
+]
+
+FRAMEWORK = "langgraph"
+"""The ``framework`` of LangGraph's state events."""
+
+CHECKPOINT_MEDIA = "application/x-langgraph-checkpoint"
+"""The media type (before its parameters) of a checkpoint's ``state_recorded``."""
+
+WRITES_MEDIA = "application/x-langgraph-writes+json"
+"""The media type of the ``state_recorded`` holding one ``put_writes`` call."""
+
+SPECIAL_CHANNELS = {"__error__": -1, "__scheduled__": -2, "__interrupt__": -3, "__resume__": -4}
+"""LangGraph's WRITES_IDX_MAP: channels whose writes replace earlier ones, with their fixed index."""
+
+CheckpointRow = tuple[str, str, str, str | None, int, str]
+"""(session id, namespace, checkpoint id, parent id, version of its event, metadata as JSON text)."""
+
+WriteRow = tuple[str, str, int, int, str, int]
+"""(task id, channel, version of its writes event, item in that event, task path, idx)."""
+
+
+class LangGraphIndex(Projection):
+    """LangGraph checkpoints and pending writes per session and namespace."""
+
+    name: ClassVar[str] = "langgraph"
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("lg_checkpoints", "lg_writes")
+    types: ClassVar[tuple[str, ...] | None] = ("state_recorded", "session_rewound")
+
+    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+        for statement in f"""
+            CREATE TABLE IF NOT EXISTS {schema}.lg_checkpoints (
+                session_id TEXT NOT NULL,
+                namespace TEXT NOT NULL,
+                checkpoint_id TEXT NOT NULL,
+                parent_id TEXT,
+                version INTEGER NOT NULL,      -- of the checkpoint's state_recorded
+                metadata TEXT NOT NULL,        -- LangGraph's metadata, JSON (what list() filters on)
+                PRIMARY KEY (session_id, namespace, checkpoint_id)
+            ) STRICT, WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS {schema}.lg_writes (
+                session_id TEXT NOT NULL,
+                namespace TEXT NOT NULL,
+                checkpoint_id TEXT NOT NULL,
+                task_id TEXT NOT NULL,
+                idx INTEGER NOT NULL,
+                channel TEXT NOT NULL,
+                version INTEGER NOT NULL,      -- of the writes' state_recorded
+                item INTEGER NOT NULL,         -- the write's index in that event
+                task_path TEXT NOT NULL,
+                PRIMARY KEY (session_id, namespace, checkpoint_id, task_id, idx)
+            ) STRICT, WITHOUT ROWID
+            """.split(";"):
+            conn.execute(statement)
+
+    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        for record in records:
+            event, sid = record.event, record.session_id
+            if isinstance(event, SessionRewound):
+                if event.to_version == 0:
+                    conn.execute("DELETE FROM lg_checkpoints WHERE session_id = ?", (sid,))
+                    conn.execute("DELETE FROM lg_writes WHERE session_id = ?", (sid,))
+            elif isinstance(event, StateRecorded) and event.framework == FRAMEWORK:
+                meta: Mapping[str, Any] = event.metadata or {}
+                if event.media_type.startswith(CHECKPOINT_MEDIA):
+                    conn.execute(
+                        "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            sid,
+                            event.namespace,
+                            event.key,
+                            event.parent_key,
+                            record.version,
+                            json.dumps(meta, ensure_ascii=False),
+                        ),
+                    )
+                elif event.media_type == WRITES_MEDIA and event.parent_key is not None:
+                    channels = [str(c) for c in meta.get("channels") or []]
+                    verb = "REPLACE" if all(c in SPECIAL_CHANNELS for c in channels) else "IGNORE"
+                    conn.executemany(
+                        f"INSERT OR {verb} INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                sid,
+                                event.namespace,
+                                event.parent_key,
+                                str(meta.get("task_id", "")),
+                                SPECIAL_CHANNELS.get(channel, item),
+                                channel,
+                                record.version,
+                                item,
+                                str(meta.get("task_path", "")),
+                            )
+                            for item, channel in enumerate(channels)
+                        ],
+                    )
+
+
+def _where_value(value: Any) -> tuple[str, Any]:
+    """SqliteSaver's comparison for one metadata filter value (json_extract gives SQL values)."""
+    if value is None:
+        return "IS ?", None
+    if isinstance(value, str | int | float):  # bools too: True binds as 1
+        return "= ?", value
+    if isinstance(value, dict | list):
+        return "= ?", json.dumps(value, separators=(",", ":"))
+    return "= ?", str(value)
+
+
+def find_checkpoints(
+    conn: sqlite3.Connection,
+    *,
+    session_id: str | None,
+    namespace: str | None = None,
+    checkpoint_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    before: str | None = None,
+    limit: int | None = None,
+) -> list[CheckpointRow]:
+    """Checkpoints, greatest id first, as SqliteSaver's ``list`` selects them (``session_id`` None:
+    every session; ``metadata`` keys are dotted paths, already checked by the caller)."""
+    wheres: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("session_id", session_id),
+        ("namespace", namespace),
+        ("checkpoint_id", checkpoint_id),
+    ):
+        if value is not None:
+            wheres.append(f"{column} = ?")
+            params.append(value)
+    for key, value in (metadata or {}).items():
+        operator, bound = _where_value(value)
+        wheres.append(f"json_extract(metadata, '$.{key}') {operator}")
+        params.append(bound)
+    if before is not None:
+        wheres.append("checkpoint_id < ?")
+        params.append(before)
+    sql = "SELECT session_id, namespace, checkpoint_id, parent_id, version, metadata FROM lg_checkpoints"
+    if wheres:
+        sql += " WHERE " + " AND ".join(wheres)
+    sql += " ORDER BY checkpoint_id DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return [tuple(row) for row in conn.execute(sql, params)]
+
+
+def writes_of(
+    conn: sqlite3.Connection, session_id: str, namespace: str, checkpoint_id: str
+) -> list[WriteRow]:
+    """A checkpoint's pending writes (unordered: the caller sorts them as LangGraph does)."""
+    return [
+        tuple(row)
+        for row in conn.execute(
+            "SELECT task_id, channel, version, item, task_path, idx FROM lg_writes "
+            "WHERE session_id = ? AND namespace = ? AND checkpoint_id = ?",
+            (session_id, namespace, checkpoint_id),
+        )
+    ]
+
+
+def has_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Whether the session holds any checkpoint or pending write (what ``delete_thread`` forgets)."""
+    return any(
+        conn.execute(f"SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1", (session_id,)).fetchone()
+        for table in ("lg_checkpoints", "lg_writes")
+    )

@@ -1,0 +1,569 @@
+"""LangGraph: :class:`TurnlogSaver`, a checkpointer kept in turnlog, behaving as ``SqliteSaver``.
+
+``graph.compile(checkpointer=TurnlogSaver(db="turnlog.db"))``. One LangGraph thread is one turnlog
+session (session id = ``thread_id``); every namespace (subgraphs) of the thread lives in that session.
+
+- A checkpoint is a ``state_recorded`` event (framework ``langgraph``, ``namespace`` = checkpoint_ns,
+  ``key`` = checkpoint id, ``parent_key`` = its parent, ``metadata`` = LangGraph's metadata merged as
+  SqliteSaver merges it, ``content`` = the serde's bytes in base64, ``media_type`` naming the serde
+  type: ``application/x-langgraph-checkpoint; serde=msgpack; encoding=base64``).
+- One ``put_writes`` call is one ``state_recorded`` (``key`` = ``<checkpoint id>/writes/<task id>``,
+  ``parent_key`` = the checkpoint, ``media_type`` ``application/x-langgraph-writes+json``); which
+  write wins follows SqliteSaver's ``INSERT OR REPLACE`` (special channels) / ``OR IGNORE`` rule.
+- The root namespace's ``messages`` channel is also written as ordinary ``message_appended`` /
+  ``tool_returned`` events (LangChain's mapping), once per message id, in the same atomic append as
+  the checkpoint; a message gone from the channel (``RemoveMessage``) is a ``message_removed``;
+  resuming from an earlier checkpoint is a ``session_rewound`` (``time_travel``) to the version of
+  that checkpoint's event; ``delete_thread`` is a ``session_rewound`` to 0 (``delete``). Nothing is
+  ever deleted from the log.
+
+Reads use the materialized projection ``projections.langgraph_index`` (latest checkpoint per
+namespace, checkpoint by id, pending writes, metadata for ``list(filter=...)``), caught up with the
+log before each read, so the latest checkpoint is one indexed query whatever the thread's length.
+Which messages are live is folded in memory per thread (read once per process, then advanced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import functools
+import json
+import random
+import re
+import sqlite3
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
+
+from turnlog.integrations import StoreLike, open_for_adapter, require
+
+require("langgraph.checkpoint.base", "langgraph")
+
+from langchain_core.messages import BaseMessage  # noqa: E402  (after the check)
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langgraph.checkpoint.base import (  # noqa: E402
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
+
+from projections.langgraph_index import (  # noqa: E402
+    CHECKPOINT_MEDIA,
+    FRAMEWORK,
+    WRITES_MEDIA,
+    CheckpointRow,
+    WriteRow,
+    find_checkpoints,
+    has_rows,
+    writes_of,
+)
+from projections.live import live_marks  # noqa: E402
+from projections.registry import materializer  # noqa: E402
+from store import (  # noqa: E402
+    NO_SESSION,
+    Event,
+    InvalidEventError,
+    MessageAppended,
+    MessageRemoved,
+    Origin,
+    RecordedEvent,
+    SessionRewound,
+    SessionStarted,
+    SQLiteStore,
+    StateRecorded,
+    ToolReturned,
+    VersionConflictError,
+)
+from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
+from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
+
+__all__ = ["FRAMEWORK", "TurnlogSaver"]
+
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")  # SqliteSaver's rule for metadata filter keys
+_SERDE = re.compile(r"serde=([^;]+)")
+_MAX_TARGETS = 1000  # message_removed names at most this many events
+_PAGE = 256  # checkpoints read per query by list()
+
+_Query = Callable[[sqlite3.Connection], Any]
+
+
+class TurnlogSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer stored in a turnlog store, with the sync and the async methods.
+
+    ``db`` is a store's path or an open :class:`store.SQLiteStore` (left open by :meth:`close`).
+    ``serde`` is LangGraph's serializer (default: its ``JsonPlusSerializer``). ``map_messages=False``
+    keeps only the checkpoints (no message events). One instance may be shared by threads and by
+    event loops; several processes may share one store.
+    """
+
+    def __init__(
+        self,
+        db: StoreLike = "turnlog.db",
+        *,
+        serde: SerializerProtocol | None = None,
+        map_messages: bool = True,
+    ) -> None:
+        super().__init__(serde=serde)
+        if isinstance(db, SQLiteStore):
+            self._store, self._owned = open_for_adapter(db)
+        else:
+            self._store, self._owned = SQLiteStore.open(db), True
+            _advance_after_messages(self._store)
+        self.map_messages = map_messages
+        """Whether the root namespace's ``messages`` channel is also written as message events."""
+        self._lock = threading.RLock()
+        self._messages: dict[str, ThreadMessages] = {}
+
+    @property
+    def store(self) -> SQLiteStore:
+        """The turnlog store the checkpoints go to."""
+        return self._store
+
+    def close(self) -> None:
+        """Close the store if this saver opened it from a path."""
+        if self._owned:
+            self._store.close()
+
+    def __enter__(self) -> TurnlogSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the index (projections.langgraph_index, kept caught up with the log) -------------------
+
+    def _query(self, query: _Query) -> Any:
+        materializer(self._store).catch_up()  # whatever any writer appended is indexed first
+        with self._store.reading() as conn:
+            return query(conn)
+
+    def _append(self, sid: str, head: int, events: builtins.list[Event]) -> builtins.list[RecordedEvent]:
+        """Append right after version ``head`` (VersionConflictError if another writer appended
+        meanwhile); a thread's first events open its session."""
+        if head == 0:
+            events = [SessionStarted(metadata={"framework": FRAMEWORK}), *events]
+        expected = head if head else NO_SESSION
+        records = self._store.append(sid, events, expected_version=expected, bounded=False)
+        known = self._messages.get(sid)
+        if known is not None and known.live is not None and known.version == head:
+            known.fold(records)
+        return records
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config`` (its ``checkpoint_id``), or the namespace's latest
+        (greatest id), with its pending writes; None if there is none."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        namespace = conf.get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        with self._lock:
+            rows, writes = self._query(
+                lambda conn: _with_writes(
+                    conn,
+                    find_checkpoints(
+                        conn,
+                        session_id=thread_id,
+                        namespace=namespace,
+                        checkpoint_id=checkpoint_id or None,
+                        limit=1,
+                    ),
+                )
+            )
+            if not rows:
+                return None
+            if not checkpoint_id:
+                config = _config(thread_id, namespace, rows[0][2])
+            return self._tuples(thread_id, rows, [config], writes)[0]
+
+    def _tuples(
+        self,
+        thread_id: str,
+        rows: Sequence[CheckpointRow],
+        configs: Sequence[RunnableConfig],
+        writes: Sequence[Sequence[WriteRow]],
+    ) -> builtins.list[CheckpointTuple]:
+        """Checkpoint tuples of one thread, their events read in one query."""
+        versions = {row[4] for row in rows} | {w[2] for mine in writes for w in mine}
+        events = {r.version: _state(r) for r in self._store.read_versions(thread_id, sorted(versions))}
+        decoded: dict[int, Any] = {}
+        result = []
+        for row, config, mine in zip(rows, configs, writes, strict=True):
+            _sid, ns, _cid, parent, version, metadata = row
+            state = events[version]
+            checkpoint = self.serde.loads_typed(
+                (_serde_type(state.media_type), base64.b64decode(state.content))
+            )
+            pending: builtins.list[PendingWrite] = []
+            for task_id, channel, at, item, _path, _idx in mine:
+                if at not in decoded:
+                    decoded[at] = json.loads(events[at].content)
+                type_, value = decoded[at][item]
+                pending.append((task_id, channel, self.serde.loads_typed((type_, base64.b64decode(value)))))
+            result.append(
+                CheckpointTuple(
+                    config,
+                    checkpoint,
+                    cast(CheckpointMetadata, json.loads(metadata)),
+                    _config(thread_id, ns, parent) if parent else None,
+                    pending,
+                )
+            )
+        return result
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (descending id), selected as SqliteSaver selects them: of one
+        thread (and namespace, and id, if the config names them) or of every thread; ``filter``
+        compares metadata keys (dotted paths) with ``json_extract``; ``before`` keeps the ids below
+        its checkpoint id; ``limit`` caps the count."""
+        for key in filter or {}:
+            if not _FILTER_KEY.match(key):
+                raise ValueError(
+                    f"Invalid filter key: '{key}'. Filter keys must contain only alphanumeric "
+                    "characters, underscores, dots, and hyphens."
+                )
+        below = get_checkpoint_id(before) if before is not None else None
+        if before is not None and below is None:
+            return  # SQL's `checkpoint_id < NULL` matches nothing
+        conf = config["configurable"] if config is not None else {}
+        thread = str(conf["thread_id"]) if config is not None else None
+        with self._lock:
+            rows: builtins.list[CheckpointRow] = self._query(
+                lambda conn: find_checkpoints(
+                    conn,
+                    session_id=thread,
+                    namespace=conf.get("checkpoint_ns"),
+                    checkpoint_id=get_checkpoint_id(config) if config is not None else None,
+                    metadata=filter,
+                    before=below,
+                    limit=limit,
+                )
+            )
+        for start in range(0, len(rows), _PAGE):  # read in pages: a long list streams
+            page = rows[start : start + _PAGE]
+            built: dict[tuple[str, str, str], CheckpointTuple] = {}
+            with self._lock:
+                for sid in dict.fromkeys(row[0] for row in page):
+                    mine = [row for row in page if row[0] == sid]
+                    _, writes = self._query(functools.partial(_with_writes, rows=mine))
+                    configs = [_config(sid, row[1], row[2]) for row in mine]
+                    tuples = self._tuples(sid, mine, configs, writes)
+                    built.update({row[:3]: t for row, t in zip(mine, tuples, strict=True)})
+            yield from (built[row[:3]] for row in page)
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint (and, in the root namespace, the messages it adds or removes) in one
+        atomic append; returns the config naming it."""
+        conf = config["configurable"]
+        thread_id = conf["thread_id"]
+        namespace = conf.get("checkpoint_ns", "")
+        parent = conf.get("checkpoint_id") or None
+        type_, data = self.serde.dumps_typed(checkpoint)
+        # SqliteSaver stores json.dumps(..., ensure_ascii=False).encode("utf-8", "ignore") and reads it back.
+        merged = get_checkpoint_metadata(config, metadata)
+        meta = json.loads(json.dumps(merged, ensure_ascii=False).encode("utf-8", "ignore"))
+        state = StateRecorded(
+            framework=FRAMEWORK,
+            namespace=namespace,
+            key=checkpoint["id"],
+            parent_key=parent,
+            media_type=f"{CHECKPOINT_MEDIA}; serde={type_}; encoding=base64",
+            content=base64.b64encode(data).decode("ascii"),
+            metadata=meta,
+        )
+        sid = str(thread_id)
+        messages = (checkpoint.get("channel_values") or {}).get("messages")
+        with self._lock:
+            while True:
+                try:
+                    if namespace == "" and self.map_messages and isinstance(messages, builtins.list):
+                        head, events = self._message_events(sid, parent, messages)
+                    else:
+                        head, events = self._store.head_version(sid), []
+                    self._append(sid, head, [*events, state])
+                    break
+                except VersionConflictError:
+                    continue  # another writer appended meanwhile: look again
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": namespace,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _message_events(
+        self, sid: str, parent: str | None, messages: builtins.list[Any]
+    ) -> tuple[int, builtins.list[Event]]:
+        """The session's head and the events that make its live messages the checkpoint's."""
+        if parent is not None:
+            latest, at = self._query(
+                lambda conn: (
+                    find_checkpoints(conn, session_id=sid, namespace="", limit=1),
+                    find_checkpoints(conn, session_id=sid, namespace="", checkpoint_id=parent),
+                )
+            )
+            if latest and at and latest[0][2] != parent:
+                # Time travel: back to the state the session had when that checkpoint was stored.
+                rewind = SessionRewound(
+                    to_version=at[0][4],
+                    reason="time_travel",
+                    source=FRAMEWORK,
+                    note=f"resumed from checkpoint {parent}",
+                )
+                self._append(sid, self._store.head_version(sid), [rewind])
+        head, live = self._live_messages(sid)
+        current = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id]
+        ids = {m.id for m in current}
+        gone = [event_id for message_id, event_id in live.items() if message_id not in ids]
+        events: builtins.list[Event] = [
+            MessageRemoved(
+                target_event_ids=tuple(gone[i : i + _MAX_TARGETS]), reason="RemoveMessage", source=FRAMEWORK
+            )
+            for i in range(0, len(gone), _MAX_TARGETS)
+        ]
+        added: set[str] = set()
+        for message in current:
+            if message.id in live or message.id in added:
+                continue
+            added.add(cast(str, message.id))
+            events.append(_message_event(message))
+            events.extend(_usage(message))
+        return head, events
+
+    def _live_messages(self, sid: str) -> tuple[int, dict[str, str]]:
+        """The session's head version and its live LangGraph messages there."""
+        known = self._messages.setdefault(sid, ThreadMessages(live=None))
+        head = self._store.head_version(sid)
+        if known.live is not None and head > known.version:
+            known.fold(self._store.read_session(sid, from_version=known.version + 1))
+        if known.live is None:  # first use, or after a rewind: turnlog's live set says which
+            records = self._store.read_session(sid, to_version=head)
+            marks = live_marks(self._store, sid, records)
+            fresh = ThreadMessages()
+            fresh.fold(r for r, live in zip(records, marks, strict=True) if live)
+            known.live, known.version = fresh.live, head
+        return head, cast(dict[str, str], known.live)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's intermediate writes for a checkpoint (one ``state_recorded``)."""
+        if not writes:
+            return
+        conf = config["configurable"]
+        sid = str(conf["thread_id"])
+        namespace, checkpoint_id = str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"])
+        items = []
+        for _channel, value in writes:
+            type_, data = self.serde.dumps_typed(value)
+            items.append([type_, base64.b64encode(data).decode("ascii")])
+        event = StateRecorded(
+            framework=FRAMEWORK,
+            namespace=namespace,
+            key=f"{checkpoint_id}/writes/{task_id}",
+            parent_key=checkpoint_id,
+            media_type=WRITES_MEDIA,
+            content=json.dumps(items),
+            metadata={"task_id": task_id, "task_path": task_path, "channels": [c for c, _ in writes]},
+        )
+        with self._lock:
+            while True:
+                try:
+                    self._append(sid, self._store.head_version(sid), [event])
+                    return
+                except VersionConflictError:
+                    continue
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Forget the thread's checkpoints and writes: a ``session_rewound`` to version 0 (reason
+        ``delete``); the log keeps them. A thread used again continues the same session."""
+        sid = str(thread_id)
+        with self._lock:
+            while True:
+                if not self._query(lambda conn: has_rows(conn, sid)):
+                    return  # nothing to delete: as SqliteSaver, a no-op
+                try:
+                    rewind = SessionRewound(to_version=0, reason="delete", source=FRAMEWORK)
+                    self._append(sid, self._store.head_version(sid), [rewind])
+                    return
+                except VersionConflictError:
+                    continue
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's default walk up the parent chain (each ancestor's writes, then the nearest
+        stored value as the seed), stopping where the chain comes back to a checkpoint it has seen,
+        as SqliteSaver's recursive query does (a checkpoint put again may name a later one as its
+        parent)."""
+        if not channels:
+            return {}
+        collected: dict[str, builtins.list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        target = self.get_tuple(config)
+        seen = {target.config["configurable"]["checkpoint_id"]} if target else set()
+        cursor = target.parent_config if target else None
+        while cursor is not None and remaining:
+            found = self.get_tuple(cursor)
+            if found is None or found.config["configurable"]["checkpoint_id"] in seen:
+                break
+            seen.add(found.config["configurable"]["checkpoint_id"])
+            for write in reversed(found.pending_writes or []):
+                if write[1] in remaining:
+                    collected[write[1]].append(write)
+            for channel in [c for c in remaining if c in found.checkpoint["channel_values"]]:
+                seeds[channel] = found.checkpoint["channel_values"][channel]
+                remaining.discard(channel)
+            cursor = found.parent_config
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": builtins.list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """SqliteSaver's: the next integer, zero-padded, with a random fraction."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # --- async: the same methods, in a worker thread --------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _advance_after_messages(store: SQLiteStore) -> None:
+    """Like ``turnlog.open_store``'s hook, but an append of state events alone (a checkpoint
+    without new messages, a task's writes: most of a graph's steps) leaves the materialized
+    projections to the next append with messages or the next read, which fold the backlog in one
+    transaction instead of one per step. The log itself is durable either way."""
+    ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
+
+    def advance(records: Sequence[RecordedEvent]) -> None:
+        kept = ref()
+        if kept is not None and any(r.type != "state_recorded" for r in records):
+            materializer(kept).catch_up(appended=records)
+
+    store.on_append(advance)
+
+
+def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint_id}
+    }
+
+
+def _with_writes(
+    conn: sqlite3.Connection, rows: builtins.list[CheckpointRow]
+) -> tuple[builtins.list[CheckpointRow], builtins.list[builtins.list[WriteRow]]]:
+    """The rows, and each one's pending writes in LangGraph's order (``writes_sort_key``)."""
+    writes = [writes_of(conn, row[0], row[1], row[2]) for row in rows]
+    return rows, [sorted(mine, key=lambda w: writes_sort_key(w[4], w[0], w[5])) for mine in writes]
+
+
+def _state(record: RecordedEvent) -> StateRecorded:
+    event = record.event
+    if not isinstance(event, StateRecorded):  # the index points only at state events
+        raise InvalidEventError(f"version {record.version} of {record.session_id!r} is not a state event")
+    return event
+
+
+def _serde_type(media_type: str) -> str:
+    found = _SERDE.search(media_type)
+    return found.group(1).strip() if found else "msgpack"
+
+
+def _message_event(message: BaseMessage) -> Event:
+    """LangChain's mapping of a message, its origin marked as LangGraph's."""
+    try:
+        event = _to_event(message)
+    except InvalidEventError:
+        # Content that is not JSON: still shown by its text; the origin keeps only its id.
+        event = _to_event(message.model_copy(update={"additional_kwargs": {}, "response_metadata": {}}))
+    item = event.origin.item if isinstance(event, MessageAppended | ToolReturned) and event.origin else None
+    return event.model_copy(update={"origin": Origin(framework=FRAMEWORK, item=item)})
