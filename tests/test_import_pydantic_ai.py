@@ -24,6 +24,7 @@ from store import (
     Event,
     InvalidEventError,
     MessageAppended,
+    MessageRemoved,
     SessionStarted,
     SQLiteStore,
     ToolReturned,
@@ -180,7 +181,8 @@ def test_native_tools_files_changed_instructions_and_compaction() -> None:
         "assistant+calls",  # builtin tool call, text and a file
         "tool",  # builtin tool return, after the message that made the call
         "usage_recorded",
-        "system",  # the instructions changed
+        "message_removed",  # the instructions changed: the old ones are replaced...
+        "system",  # ...by the new ones
         "user",
         "assistant",  # compaction left out
         "usage_recorded",
@@ -196,7 +198,8 @@ def test_native_tools_files_changed_instructions_and_compaction() -> None:
     assert isinstance(result, ToolReturned) and result.tool_call_id == "ws_1"
     usage = conv.events[5]
     assert isinstance(usage, UsageRecorded) and usage.reasoning_tokens == 128 and usage.run_id == "run-a"
-    changed = conv.events[6]
+    removed, changed = conv.events[6], conv.events[7]
+    assert isinstance(removed, MessageRemoved) and removed.target_event_ids == (conv.events[1].event_id,)
     assert isinstance(changed, MessageAppended) and changed.content.endswith("Today is 2025-09-02.")
 
 

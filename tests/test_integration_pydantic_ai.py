@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 from click.testing import CliRunner
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
@@ -30,6 +30,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from store import SQLiteStore
+from store.events import UsageRecorded
 from turnlog.cli import cli
 from turnlog.integrations.pydantic_ai import TurnlogConversationStore
 
@@ -348,3 +349,247 @@ def test_turnlog_history_sends_the_budgeted_context(tmp_path: Path) -> None:
     systems = [p.content for m in last for p in m.parts if p.part_kind == "system-prompt"]
     assert "be brief" not in systems  # the instructions go once, as instructions
     store.close()
+
+
+# --- more of the protocol: entries, serialized conversations, forks, scopes, deferred tools --------
+
+
+def test_load_entries_limit_scope_and_unknown(make_store: Callable[[], ConversationStore]) -> None:
+    store = make_store()
+
+    async def go() -> None:
+        assert await store.load_entries("nope") is None
+        _, entries = await _turn(store, "c1", "hi", scope="s")
+        assert await store.load_entries("c1", scope="other") is None
+        assert await store.load("c1", scope="other") is None
+        whole = await store.load_entries("c1", scope="s")
+        assert whole is not None and [e.id for e in whole] == [e.id for e in entries]
+        last2 = await store.load_entries("c1", limit=2)
+        assert last2 is not None and [e.id for e in last2] == [e.id for e in entries[-2:]]
+        assert await store.load_entries("c1", limit=0) == []
+        empty = await store.load("c1", limit=0)
+        assert empty is not None and empty.messages == []
+        assert (await store.read_entry(entries[1].id)) == entries[1]
+        with pytest.raises(LookupError):
+            await store.read_entry("no-such-entry")
+        with pytest.raises(UserError):
+            await store.load_entries("c1", limit=-1)
+
+    run(go())
+
+
+def test_serialized_conversation_is_compared_with_the_stored_one(
+    make_store: Callable[[], ConversationStore],
+) -> None:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    store = make_store()
+
+    async def go() -> None:
+        result, entries = await _turn(store, "c1", "hi")
+        # What an app that keeps the history as JSON has: no new_message_index, only the revision.
+        text = ModelMessagesTypeAdapter.dump_json(result.all_messages())
+        revision = result.conversation.revision
+
+        def thawed() -> Conversation:
+            messages = ModelMessagesTypeAdapter.validate_json(text)
+            return Conversation(messages=messages, conversation_id="c1", revision=revision)
+
+        grown = await make_agent().run("more", conversation=thawed())
+        added = await store.save(grown)
+        assert len(added) == 4 and added[0].parent_id == entries[-1].id
+        assert await store.save(grown) == []  # saved again: nothing new
+        loaded = await store.load("c1")
+        assert loaded is not None and loaded.messages == grown.all_messages()
+        stale = await make_agent().run("late", conversation=thawed())
+        with pytest.raises(ConversationConflict):
+            await store.save(stale)
+
+    run(go())
+
+
+def test_fork_scope_points_and_independence(make_store: Callable[[], ConversationStore]) -> None:
+    store = make_store()
+
+    async def go() -> None:
+        _, first = await _turn(store, "c1", "one", scope="s")
+        await _turn(store, "c1", "two", scope="s")
+        with pytest.raises(UserError):
+            await store.fork("c1", source_scope="other", new_conversation_id="x")
+        with pytest.raises(UserError):
+            await store.fork("c1", at=1, from_entry=first[0].id, new_conversation_id="x")
+        with pytest.raises(UserError):
+            await store.fork("c1", at=99, new_conversation_id="x")
+        empty = await store.fork("c1", at=0, new_conversation_id="f0", scope="t")
+        assert empty.messages == [] and empty.usage.input_tokens == 0
+        record = await store.read_record("f0")
+        assert record is not None and record.scope == "t" and record.forked_from == "c1"
+        assert record.forked_at is None and record.head_id is None
+        assert [r.conversation_id for r in await store.list_conversations(scope="t")] == ["f0"]
+        half = await store.fork("c1", from_entry=first[-1].id, new_conversation_id="f2", source_scope="s")
+        assert len(half.messages) == 4 and half.usage.input_tokens == 0
+        half_record = await store.read_record("f2")
+        assert half_record is not None and half_record.scope == "s" and half_record.forked_at == first[-1].id
+        # A turn on the fork leaves the parent as it was, and a fork of the fork shares both.
+        await store.save(await make_agent().run("on the fork", conversation=half))
+        parent = await store.load("c1")
+        assert parent is not None and len(parent.messages) == 8
+        assert parent.messages[:4] == [e.message for e in first]
+        f2 = await store.load("f2")
+        assert (
+            f2 is not None
+            and f2.messages[:4] == parent.messages[:4]
+            and f2.messages[4:] != parent.messages[4:]
+        )
+        grandchild = await store.fork("f2", at=6, new_conversation_id="g")
+        assert grandchild.messages == f2.messages[:6]
+        g_entries = await store.load_entries("g")
+        assert g_entries is not None and g_entries[0].id == first[0].id  # shared, not copied
+        await store.save(await make_agent().run(conversation=grandchild))  # runs the pending call
+        g = await store.load("g")
+        assert g is not None and g.messages[:6] == f2.messages[:6] and len(g.messages) == 8
+        # A turn on an empty fork starts its own history.
+        await _turn(store, "f0", "fresh")
+        f0 = await store.load("f0")
+        assert f0 is not None and len(f0.messages) == 4
+
+    run(go())
+
+
+def test_branch_back_and_forth_keeps_every_branch(make_store: Callable[[], ConversationStore]) -> None:
+    store = make_store()
+
+    async def go() -> None:
+        _, first = await _turn(store, "c1", "one", scope="s")
+        _, second = await _turn(store, "c1", "two", scope="s")
+        loaded = await store.load("c1")
+        assert loaded is not None
+        with pytest.raises(UserError):
+            await store.branch("c1", at=2, expected_revision=loaded.revision, scope="other")
+        with pytest.raises(UserError):
+            await store.branch("c1", from_entry="no-such-entry", expected_revision=loaded.revision)
+        short = await store.branch("c1", at=4, expected_revision=loaded.revision)
+        await store.save(await make_agent().run("three", conversation=short))
+        record = await store.read_record("c1")
+        assert record is not None and record.branches == [second[-1].id]
+        # Back to the branch that was left, from its tip: the other one is left in turn.
+        back = await store.branch("c1", from_entry=second[-1].id, expected_revision=record.revision)
+        assert back.messages == [e.message for e in first + second]
+        record = await store.read_record("c1")
+        assert record is not None and len(record.branches) == 1 and record.branches != [second[-1].id]
+        emptied = await store.branch("c1", at=0, expected_revision=back.revision)
+        assert emptied.messages == []
+        await _turn(store, "c1", "anew")
+        final = await store.load("c1")
+        assert final is not None and len(final.messages) == 4
+
+    run(go())
+
+
+def test_deferred_tool_requests_are_kept(make_store: Callable[[], ConversationStore]) -> None:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    def ask(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if messages[-1].parts[-1].part_kind == "user-prompt":
+            return ModelResponse(parts=[ToolCallPart("wipe", {"path": "/tmp/x"}, tool_call_id="w1")])
+        return ModelResponse(parts=[TextPart("wiped")])
+
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(ask), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def wipe(path: str) -> str:
+        return f"wiped {path}"
+
+    store = make_store()
+
+    async def go() -> None:
+        paused = await agent.run("wipe it", conversation=Conversation(conversation_id="d"))
+        assert isinstance(paused.output, DeferredToolRequests)
+        await store.save(paused, scope="s")
+        loaded = await store.load("d")
+        assert loaded is not None and loaded.deferred_tool_requests == paused.output
+        approvals = DeferredToolResults(approvals={"w1": True})
+        done = await agent.run(conversation=loaded, deferred_tool_results=approvals)
+        assert done.output == "wiped"
+        await store.save(done)
+        again = await store.load("d")
+        assert again is not None and again.deferred_tool_requests is None
+        assert again.messages == done.all_messages()
+
+    run(go())
+
+
+def test_delete_with_scope_and_unknown(make_store: Callable[[], ConversationStore]) -> None:
+    store = make_store()
+
+    async def go() -> None:
+        await store.delete("never-saved")  # nothing to delete: no error
+        await _turn(store, "c1", "hi", scope="s")
+        await _turn(store, "c2", "hi", scope="s")
+        await store.delete("c1", scope="s")
+        assert await store.load("c1") is None and await store.read_record("c1") is None
+        assert [r.conversation_id for r in await store.list_conversations()] == ["c2"]
+        with pytest.raises(UserError):
+            await store.fork("c1", new_conversation_id="x")
+        stale = await store.load("c2")
+        await store.delete("c2")
+        assert stale is not None
+        with pytest.raises(ConversationConflict):
+            await store.save(await make_agent().run("late", conversation=stale))
+        assert await store.list_conversations() == []
+
+    run(go())
+
+
+def test_usage_recorded_sums_to_the_run_usage_once(tmp_path: Path) -> None:
+    """A delegate agent's usage (``usage=ctx.usage``) is in the run's usage but in no response of the
+    history: it is recorded too, once, whatever is saved again, branched or forked."""
+
+    delegate = Agent(TestModel(custom_output_text="delegated"))
+
+    def lead(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if messages[-1].parts[-1].part_kind == "user-prompt":
+            return ModelResponse(parts=[ToolCallPart("ask", {"q": "x"}, tool_call_id=f"a{len(messages)}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(lead), instructions="be brief")
+
+    @agent.tool
+    async def ask(ctx: RunContext[None], q: str) -> str:
+        return (await delegate.run(q, usage=ctx.usage)).output
+
+    db = tmp_path / "t.db"
+    store = TurnlogConversationStore(db=db)
+
+    def recorded(session: str) -> tuple[int, int]:
+        # A session's own events: a fork's history also shows its parent's, billed there.
+        events = store.store.read_session(session, own=True)
+        usage = [r.event for r in events if isinstance(r.event, UsageRecorded)]
+        return sum(u.input_tokens for u in usage), sum(u.output_tokens for u in usage)
+
+    async def go() -> None:
+        result = await agent.run("one", conversation=Conversation(conversation_id="c"))
+        await store.save(result)
+        await store.save(result)  # the same result again: nothing new, no usage twice
+        assert recorded("c") == (result.usage.input_tokens, result.usage.output_tokens)
+        loaded = await store.load("c")
+        assert loaded is not None
+        result2 = await agent.run("two", conversation=loaded)
+        await store.save(result2)
+        await store.save(result2)
+        assert result2.usage.requests == 6  # three per run: the lead's two and the delegate's one
+        assert recorded("c") == (result2.usage.input_tokens, result2.usage.output_tokens)
+        branched = await store.branch("c", at=4, expected_revision=result2.conversation.revision)
+        await store.fork("c", new_conversation_id="f")
+        assert recorded("c") == (result2.usage.input_tokens, result2.usage.output_tokens)
+        assert recorded("f") == (0, 0)  # the fork's copied usage was billed in "c"
+        result3 = await agent.run("three", conversation=branched)
+        await store.save(result3)
+        assert recorded("c") == (result3.usage.input_tokens, result3.usage.output_tokens)
+
+    run(go())
+    store.close()
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", str(db), "verify"]).exit_code == 0

@@ -11,6 +11,7 @@ from store import (
     Event,
     InvalidEventError,
     MessageAppended,
+    MessageRemoved,
     SessionStarted,
     ToolCall,
     ToolReturned,
@@ -30,10 +31,10 @@ from turnlog.importers.base import (
 
 # Request parts that hold no conversation: pydantic-ai's own bookkeeping of instructions, tools,
 # capabilities and settings, and provider-side compaction summaries (the raw messages are kept).
+# (An ``instruction-delta`` is sent to the model: it becomes a system message.)
 _PAI_SKIPPED_REQUEST_PARTS = frozenset(
     {
         "instruction",
-        "instruction-delta",
         "instruction-baseline",
         "instruction-digest",
         "tool-availability-delta",
@@ -53,16 +54,22 @@ def parse_pydantic_ai(text: str, *, session: str | None = None) -> list[Conversa
     """Read pydantic-ai message histories as ``ModelMessagesTypeAdapter.dump_json`` writes them: a
     JSON list of messages (one conversation), a list of such lists, or JSON lines of them.
 
-    Requests: system prompts and the request's ``instructions`` (when they change) become system
-    messages; user prompts user messages (text kept, other content noted as ``[image-url omitted:
-    URL]``); tool returns ``tool_returned`` (non-text content as JSON; ``is_error`` for the
-    ``failed`` and ``retried`` outcomes); retry prompts answering a tool call a failed
-    ``tool_returned``, other retry prompts and retry feedback a user message. Responses: text and
-    tool calls become one assistant message; thinking is left out (it is the provider's hidden
-    reasoning, counted in the usage, not conversation resent to the model); provider-side (builtin)
-    tool calls and returns are kept as a call and its result; the usage becomes ``usage_recorded``
-    with the response's model and run. Both the current usage fields (``input_tokens``...) and the
-    old ones (``request_tokens``, ``response_tokens``, ``details``) are read.
+    Requests: system prompts become system messages, and so do the request's ``instructions``:
+    pydantic-ai sends them with every request, as the system prompt that replaces the previous
+    request's, so they are logged once, and when they change the new text is logged with a
+    ``message_removed`` of the old (the log keeps both; every context holds the current one once).
+    An ``instruction-delta`` (a block with ``on_change='append'``, whose changes pydantic-ai adds to
+    the history instead of rewriting the prefix) becomes a system message as pydantic-ai renders a
+    full replacement, ``<context id="ID">`` text ``</context>``. User prompts become user messages
+    (text kept, other content noted as ``[image-url omitted: URL]``); tool returns
+    ``tool_returned`` (non-text content as JSON; ``is_error`` for the ``failed`` and ``retried``
+    outcomes); retry prompts answering a tool call a failed ``tool_returned``, other retry prompts
+    and retry feedback a user message. Responses: text and tool calls become one assistant message;
+    thinking is left out (it is the provider's hidden reasoning, counted in the usage, not
+    conversation resent to the model); provider-side (builtin) tool calls and returns are kept as a
+    call and its result; the usage becomes ``usage_recorded`` with the response's model and run.
+    Both the current usage fields (``input_tokens``...) and the old ones (``request_tokens``,
+    ``response_tokens``, ``details``) are read.
 
     ``session`` names the session (``NAME-1``, ``NAME-2``... for several); else the history's
     ``conversation_id`` is used, or an id derived from its first message, so a history that has
@@ -115,6 +122,9 @@ class _PydanticAIReader:
         self.events: list[Event] = []
         self.call_names: dict[str, str] = {}
         self.instructions: str | None = None
+        self.instructions_at: int | None = None
+        """Where in ``events`` the current instructions' system message is."""
+        self.session_id = ""
 
     def read(self, messages: Any, session_id: str | None) -> Conversation:
         if not isinstance(messages, list):
@@ -134,6 +144,7 @@ class _PydanticAIReader:
                 raise InvalidEventError(f"{where}: 'parts' must be a list")
         if session_id is None:
             session_id = _pai_session_id(messages)
+        self.session_id = session_id
         model = next(
             (m["model_name"] for m in messages if isinstance(m.get("model_name"), str) and m["model_name"]),
             None,
@@ -162,13 +173,15 @@ class _PydanticAIReader:
 
     def _request(self, message: dict[str, Any], where: str) -> None:
         instructions = message.get("instructions")
-        if isinstance(instructions, str) and instructions.strip() and instructions != self.instructions:
-            # pydantic-ai sends the instructions with every request: logged once, and again on change.
-            self.instructions = instructions
-            self.events.append(MessageAppended(role="system", content=instructions))
+        changed = isinstance(instructions, str) and bool(instructions.strip())
+        changed = changed and instructions != self.instructions
         for number, part in enumerate(message["parts"], 1):
             position = f"{where}, part {number}"
             kind = _part_kind(part, position)
+            if changed and not _answers_a_call(kind, part):
+                # After the request's tool results, so nothing comes between a call and its result.
+                self._instructions(str(instructions))
+                changed = False
             with fields_of(position):
                 if kind == "system-prompt":
                     self.events.append(
@@ -193,12 +206,30 @@ class _PydanticAIReader:
                         )
                     else:
                         self.events.append(MessageAppended(role="user", content=text))
+                elif kind == "instruction-delta":
+                    self.events.append(MessageAppended(role="system", content=_delta_text(part, position)))
                 elif kind == "retry-feedback":
                     self.events.append(
                         MessageAppended(role="user", content=_feedback_text(part.get("content"), position))
                     )
                 elif kind not in _PAI_SKIPPED_REQUEST_PARTS:
                     raise InvalidEventError(f"{position}: unknown request part_kind {kind!r}")
+        if changed:
+            self._instructions(str(instructions))
+
+    def _instructions(self, instructions: str) -> None:
+        """pydantic-ai sends the instructions with every request, each time as the whole system
+        prompt: logged once, and on a change the old text is removed as the new one is added, so no
+        context holds two versions (a dynamic part would otherwise repeat the static ones with it). A
+        request without instructions changes nothing: older histories leave the field out."""
+        if self.instructions_at is not None:
+            old = derive_event_id(self.session_id, self.instructions_at, self.events[self.instructions_at])
+            self.events.append(
+                MessageRemoved(target_event_ids=(old,), reason="instructions replaced", source="pydantic-ai")
+            )
+        self.instructions = instructions
+        self.instructions_at = len(self.events)
+        self.events.append(MessageAppended(role="system", content=instructions))
 
     def _response(self, message: dict[str, Any], where: str, session_model: str | None) -> None:
         texts: list[str] = []
@@ -274,6 +305,23 @@ def _pai_call_id(part: dict[str, Any], position: str) -> str:
     if not isinstance(call_id, str) or not call_id:
         raise InvalidEventError(f"{position}: a tool part needs 'tool_call_id'")
     return call_id
+
+
+def _answers_a_call(kind: str, part: dict[str, Any]) -> bool:
+    return kind in _PAI_TOOL_RETURNS or (kind == "retry-prompt" and bool(part.get("tool_name")))
+
+
+def _delta_text(part: dict[str, Any], position: str) -> str:
+    """An instruction change as pydantic-ai sends a full replacement (or a withdrawal) to the model."""
+    block = part.get("id")
+    content = part.get("content")
+    if block is not None and not isinstance(block, str):
+        raise InvalidEventError(f"{position}: an instruction-delta's 'id' must be a string")
+    if content is not None and not isinstance(content, str):
+        raise InvalidEventError(f"{position}: an instruction-delta's 'content' must be a string or null")
+    text = content if content is not None else "This context has been withdrawn."
+    attribute = f' id="{block}"' if block else ""
+    return f"<context{attribute}>\n{text}\n</context>"
 
 
 def _user_text(content: Any, position: str) -> str:

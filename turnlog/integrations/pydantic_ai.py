@@ -7,9 +7,11 @@ response as one assistant ``message_appended`` with its ``tool_calls``, tool out
 own serialisation), rides in the ``origin`` of its first event, whose event id is the entry's id, so
 ``read_entry`` is one lookup and returns a message ``==`` to the one written. The framework's
 ``ConversationRecord`` (head, usage, revision, scope, branches) is a ``state_recorded`` event written in
-the same atomic batch; a head that moves back (``branch``, a rewritten history) is a ``session_rewound``
-and ``delete`` a ``session_rewound`` to 0 with reason ``delete``: nothing is ever deleted, so entries
-stay readable for the forks and branches that share them.
+the same atomic batch, with, when the run's usage holds more than its responses report (a delegate
+agent run with ``usage=ctx.usage``), one more ``usage_recorded`` for the rest, so the session's
+``usage_recorded`` events sum to ``result.usage``; a head that moves back (``branch``, a rewritten
+history) is a ``session_rewound`` and ``delete`` a ``session_rewound`` to 0 with reason ``delete``:
+nothing is ever deleted, so entries stay readable for the forks and branches that share them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pydantic_ai.conversation_store import (  # noqa: E402
     ConversationRecord,
     ConversationStore,
 )
+from pydantic_ai.usage import RunUsage  # noqa: E402
 
 if TYPE_CHECKING:
     from store.base import RecordedEvent
@@ -125,6 +128,9 @@ class TurnlogConversationStore(ConversationStore):
             )
         for entry in new_entries:
             events.extend(_entry_events(entry))
+        unattributed = _unattributed_usage(record, stored, new_entries)
+        if unattributed is not None:
+            events.append(unattributed)
         events.append(_record_event(record, stored))
         try:
             self.store.append(session, events, expected_version=head)
@@ -363,6 +369,38 @@ def _request_events(request: _m.ModelRequest, *, first: bool) -> list[Event]:
 
 def _user_text(content: Sequence[Any]) -> str:
     return "\n".join(item if isinstance(item, str) else f"[{type(item).__name__}]" for item in content)
+
+
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def _unattributed_usage(
+    record: ConversationRecord, stored: ConversationRecord | None, new_entries: Sequence[ConversationEntry]
+) -> UsageRecorded | None:
+    """The usage this save adds to the conversation beyond its new responses' own (each already a
+    ``usage_recorded``): what a run counted without a response in the history, such as a delegate
+    agent's calls made with ``usage=ctx.usage``. None when there is none.
+
+    Its event id is derived from the record's revision, which is minted once per save and written in
+    the same batch, so a save is applied once. A fork starts with a copy of its parent's usage, which
+    was billed in the parent: that is no new usage. A component that went down (a usage rewritten by
+    hand) is not recorded: the log records what was billed, never a refund.
+    """
+    if stored is not None:
+        before = stored.usage
+    elif record.forked_from is not None and not new_entries:
+        before = record.usage
+    else:
+        before = RunUsage()
+    counted = {name: getattr(before, name) for name in _USAGE_FIELDS}
+    for entry in new_entries:
+        if isinstance(entry.message, _m.ModelResponse):
+            for name in _USAGE_FIELDS:
+                counted[name] += getattr(entry.message.usage, name)
+    rest = {name: max(getattr(record.usage, name) - counted[name], 0) for name in _USAGE_FIELDS}
+    if not any(rest.values()):
+        return None
+    return UsageRecorded(event_id=f"{record.revision}.usage", model="unknown", **rest)
 
 
 def _response_events(response: _m.ModelResponse) -> list[Event]:
