@@ -360,3 +360,17 @@ def test_call_tool_through_import_turnlog(db: Path) -> None:
         built = turnlog.build_context(store, SID, policy)
     assert text.startswith("Todos: 3 of 3 completed")
     assert built.messages
+
+
+def test_the_server_sees_what_other_writers_append_while_it_runs(db: Path) -> None:
+    search = {"module": "history", "method": "search", "input": {"query": "zebra-crossing"}}
+
+    async def scenario(client: ClientSession) -> list[Any]:
+        missing = await client.call_tool("turnlog", search)
+        with turnlog.open_store(db) as store:  # another writer (the agent's framework)
+            store.append(SID, [MessageAppended(role="user", content="Mind the zebra-crossing.")])
+        return [missing, await client.call_tool("turnlog", search)]
+
+    missing, found = serve(db, SID, scenario)
+    assert not missing.is_error and "Mind the" not in text_of(missing)
+    assert not found.is_error and "Mind the zebra-crossing." in text_of(found)

@@ -92,7 +92,7 @@ class McpAnswer:
     text: str
     """What the model reads: the tool's result or error text."""
     structured: dict[str, Any]
-    """The same as data (see :data:`OUTPUT_SCHEMA`)."""
+    """The answer as data (see :data:`OUTPUT_SCHEMA`)."""
     is_error: bool
     """True when the call was refused."""
 
