@@ -148,6 +148,9 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         (["tool", "call", SID], ENVELOPE),
         (["tool", "schema"], None),
         (["tool", "help"], None),
+        # A stdio server (its output is the MCP protocol, for a program): only its error before
+        # serving reaches a terminal.
+        (["mcp", "--session", HOSTILE_ID], None),
     ]
 
 

@@ -1,12 +1,16 @@
 """turnlog: an event-sourced conversation store for LLM agents.
 
 ``import turnlog`` gives the public API: open a store, append events, read them back, import
-transcripts. Everything else (context, artifacts, todos, the ledger) is a projection of the log.
+transcripts, build the model's context (``build_context``, ``ContextPolicy``) and serve the
+agent-facing tool (``turnlog.tool``, ``call_tool``, ``invoke_tool``, ``tool_definition``). Everything
+else (context, artifacts, todos, the ledger) is a projection of the log.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from projections.registry import keep_caught_up
 from store import *  # noqa: F403 - the facade re-exports the store's public names
@@ -25,6 +29,36 @@ from turnlog.importers import (
     parse_pydantic_ai,
 )
 from turnlog.recorder import SessionRecorder, session
+
+if TYPE_CHECKING:
+    from projections.context import BuiltContext, ContextPolicy, build_context
+    from turnlog import tool
+    from turnlog.tool import ToolResult, tool_definition
+    from turnlog.tool import call as call_tool
+    from turnlog.tool import invoke as invoke_tool
+
+# Imported on first use, so `import turnlog` (and `turnlog --help`) does not pay for them:
+# public name -> (module, attribute; None for the module itself).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "BuiltContext": ("projections.context", "BuiltContext"),
+    "ContextPolicy": ("projections.context", "ContextPolicy"),
+    "build_context": ("projections.context", "build_context"),
+    "tool": ("turnlog.tool", None),
+    "ToolResult": ("turnlog.tool", "ToolResult"),
+    "call_tool": ("turnlog.tool", "call"),
+    "invoke_tool": ("turnlog.tool", "invoke"),
+    "tool_definition": ("turnlog.tool", "tool_definition"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'turnlog' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = importlib.import_module(module)
+    found = value if attribute is None else getattr(value, attribute)
+    globals()[name] = found
+    return found
 
 
 def open_store(
@@ -59,11 +93,16 @@ __all__ = [
     *_store_all,
     "EXPORT_FORMATS",
     "IMPORT_FORMATS",
+    "BuiltContext",
     "CompactionOptions",
     "CompactionResult",
+    "ContextPolicy",
     "Conversation",
     "ImportResult",
     "SessionRecorder",
+    "ToolResult",
+    "build_context",
+    "call_tool",
     "compact",
     "export_anthropic",
     "export_jsonl",
@@ -71,9 +110,12 @@ __all__ = [
     "export_sessions",
     "import_conversations",
     "import_file",
+    "invoke_tool",
     "open_store",
     "parse_jsonl",
     "parse_openai",
     "parse_pydantic_ai",
     "session",
+    "tool",
+    "tool_definition",
 ]

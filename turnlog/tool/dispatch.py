@@ -336,13 +336,12 @@ def _parse(envelope: object) -> tuple[str, dict[str, Any], str] | _Refused:
     unknown = [key for key in data if key not in ("module", "method", "input")]
     if unknown:
         keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in unknown[:5])
-        return _Refused(
-            errors.envelope_error(
-                f"unknown key {keys} in the call: it has exactly module, method and input; "
-                "a method's fields go inside input."
-            ),
-            arguments,
+        why = (
+            f"{errors.OWN_SESSION}; leave it out."
+            if errors.SESSION_KEYS & set(unknown)
+            else "it has exactly module, method and input; a method's fields go inside input."
         )
+        return _Refused(errors.envelope_error(f"unknown key {keys} in the call: {why}"), arguments)
     module, method = data.get("module"), data.get("method")
     for key, value in (("module", module), ("method", method)):
         if value is None:

@@ -20,6 +20,12 @@ NOTHING_WRITTEN = "Nothing was written."
 MAX_PROBLEMS = 5
 """Validation problems listed at most."""
 
+SESSION_KEYS = frozenset({"session", "session_id", "sessionId"})
+"""Keys a model may use to name a session, which a call cannot do."""
+
+OWN_SESSION = "the tool serves only the session it was started for, so a call cannot name one"
+"""Why a call naming a session is refused (the agent reads and writes its own log only)."""
+
 _MODES = ("tail", "range", "event")
 _MODE_WORDS = {
     "last": "tail",
@@ -149,6 +155,8 @@ def _problem(method: str, error: Any) -> str:
     message = str(error["msg"])
     if kind == "extra_forbidden":
         message = "unknown field"
+        if parts and parts[-1] in SESSION_KEYS:
+            message = f"unknown field: {OWN_SESSION}; leave it out"
     elif kind == "missing":
         message = "required field is missing"
     elif kind == "union_tag_not_found":
