@@ -18,7 +18,7 @@ from mcp.server.stdio import stdio_server
 
 from store import SQLiteStore, StoreError
 from turnlog import open_store
-from turnlog.tool import DEFAULT_MAX_TOKENS, TOOL_NAME, ToolResult, description, invoke, parameters_schema
+from turnlog.tool import DEFAULT_MAX_TOKENS, TOOL_NAME, description, invoke, parameters_schema
 
 __all__ = [
     "OUTPUT_SCHEMA",
@@ -134,20 +134,7 @@ def answer(
         )
     except StoreError as exc:
         return _error(f"error: {exc}")
-    return McpAnswer(result.text, _structured(result), result.is_error)
-
-
-def _structured(result: ToolResult) -> dict[str, Any]:
-    return {
-        "result": result.text,
-        "is_error": result.is_error,
-        "method": result.method,
-        "retried": result.retried,
-        "recorded": [
-            {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
-            for r in result.recorded
-        ],
-    }
+    return McpAnswer(result.text, result.as_json(), result.is_error)
 
 
 def _error(text: str) -> McpAnswer:

@@ -84,16 +84,7 @@ def call_(
         result = invoke(
             store, session, envelope, max_tokens=max_tokens, record=not no_record, tool_call_id=tool_call_id
         )
-    data = {
-        "result": result.text,
-        "is_error": result.is_error,
-        "method": result.method,
-        "retried": result.retried,
-        "recorded": [
-            {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
-            for r in result.recorded
-        ],
-    }
+    data = result.as_json()
     emit(data, as_json=as_json, text=result.text)
     if result.is_error:
         sys.exit(1)

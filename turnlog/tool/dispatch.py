@@ -76,6 +76,19 @@ class ToolResult:
     """True for a retry of a call already answered (same ``tool_call_id``, same input): the first
     result, and nothing written."""
 
+    def as_json(self) -> dict[str, Any]:
+        """The result as ``turnlog tool call --json`` prints it (and MCP's structured content)."""
+        return {
+            "result": self.text,
+            "is_error": self.is_error,
+            "method": self.method,
+            "retried": self.retried,
+            "recorded": [
+                {"position": r.position, "version": r.version, "type": r.type, "event_id": r.event_id}
+                for r in self.recorded
+            ],
+        }
+
 
 def invoke(
     store: SQLiteStore,
