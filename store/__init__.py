@@ -29,6 +29,7 @@ from store.events import (
     EVENT_ADAPTER,
     EVENT_CLASSES,
     ArtifactWritten,
+    CompactionFailed,
     ContextBuilt,
     Event,
     ForkPoint,
@@ -38,7 +39,9 @@ from store.events import (
     MessageRemoved,
     MessageUnpinned,
     Origin,
+    OutputCondensed,
     Pin,
+    PolicySet,
     RunFinished,
     RunStarted,
     SessionRewound,
@@ -56,6 +59,7 @@ from store.events import (
     parse_event,
     parse_events_json,
 )
+from store.events_policy import CondenserInfo, SessionPolicy
 from store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth, recorded_time
 from store.sqlite import INLINE_LIMIT, SQLiteStore
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
@@ -73,6 +77,8 @@ __all__ = [
     "NO_SESSION",
     "ArtifactWritten",
     "Blob",
+    "CompactionFailed",
+    "CondenserInfo",
     "ContextBuilt",
     "CorruptStoreError",
     "DuplicateEventError",
@@ -89,11 +95,14 @@ __all__ = [
     "MessageUnpinned",
     "Origin",
     "OriginItem",
+    "OutputCondensed",
     "Pin",
+    "PolicySet",
     "RecordedEvent",
     "RunFinished",
     "RunStarted",
     "SQLiteStore",
+    "SessionPolicy",
     "SessionRewound",
     "SessionStarted",
     "SessionSummary",

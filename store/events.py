@@ -26,6 +26,9 @@ from store.events_loop import MessageRemoved as MessageRemoved
 from store.events_loop import Origin as Origin
 from store.events_loop import SessionRewound as SessionRewound
 from store.events_loop import StateRecorded as StateRecorded
+from store.events_policy import CompactionFailed as CompactionFailed
+from store.events_policy import OutputCondensed as OutputCondensed
+from store.events_policy import PolicySet as PolicySet
 from store.limits import (
     MAX_MANIFEST_ENTRIES,
     MAX_SIZE,
@@ -288,8 +291,9 @@ class ManifestEntry(ValueModel):
     """The events it was rendered from (empty for a notice)."""
     role: Literal["system", "user", "assistant", "tool"]
     """Its role in the chat format."""
-    mode: Literal["full", "capped", "synthesized", "notice", "summary"]
-    """How it is shown: whole, capped by tokens, made up by the projection, a notice, a summary."""
+    mode: Literal["full", "capped", "synthesized", "notice", "summary", "condensed"]
+    """How it is shown: whole, capped by tokens, made up by the projection, a notice, a summary, a
+    tool output condensed on the write path (``output_condensed``)."""
     category: Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
     """What kind of tokens it spends (the token audit groups by this)."""
     tokens: NonNegative
@@ -409,7 +413,10 @@ Event: TypeAlias = Annotated[
     | SummaryRecorded
     | SessionRewound
     | MessageRemoved
-    | StateRecorded,
+    | StateRecorded
+    | PolicySet
+    | OutputCondensed
+    | CompactionFailed,
     Field(discriminator="type"),
 ]
 """Any event of the log."""
@@ -434,6 +441,9 @@ EVENT_CLASSES: dict[str, type[EventModel]] = {
         SessionRewound,
         MessageRemoved,
         StateRecorded,
+        PolicySet,
+        OutputCondensed,
+        CompactionFailed,
     )
 }
 """Event type name -> model class."""

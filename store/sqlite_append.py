@@ -37,6 +37,7 @@ from store.events import (
     parse_event,
 )
 from store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
+from store.events_policy import CompactionFailed, OutputCondensed
 from store.limits import recorded_time
 from store.rows import GENESIS_HASH, gc_paused
 from store.sqlite_connection import now
@@ -425,6 +426,15 @@ class AppendingStore(ReadingStore):
                 batch_removable.add(event.event_id)
             elif isinstance(event, MessageRemoved):
                 self._check_removal(conn, session_id, event, batch_messages | batch_removable)
+            elif isinstance(event, OutputCondensed) or (
+                isinstance(event, CompactionFailed) and event.target_event_id is not None
+            ):
+                target = event.target_event_id
+                assert target is not None
+                self._check_target(
+                    conn, session_id, target, ("tool_returned",), batch_removable,
+                    f"{event.type}: no tool output with event id {target!r}",
+                )  # fmt: skip
             elif isinstance(event, (MessagePinned, MessageUnpinned)):
                 target = event.target_event_id
                 if target in batch_messages:
@@ -447,23 +457,40 @@ class AppendingStore(ReadingStore):
     ) -> None:
         """Every target is a message or tool return of this session (a fork's parent prefix
         included) stored before the removal: a removal cannot reach into another session."""
-        lineage = lineage_of(conn, session_id, self._lineages)
         for target in event.target_event_ids:
-            if target in in_batch:
-                continue
-            row = conn.execute(
-                "SELECT session_id, version, type FROM events WHERE event_id = ?", (target,)
-            ).fetchone()
-            ok = (
-                row is not None
-                and row[2] in ("message_appended", "tool_returned")
-                and any(sid == row[0] and lo <= row[1] <= hi for sid, lo, hi in lineage)
+            self._check_target(
+                conn, session_id, target, ("message_appended", "tool_returned"), in_batch,
+                f"message_removed: no message or tool return with event id {target!r}",
+            )  # fmt: skip
+
+    def _check_target(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        target: str,
+        types: tuple[str, ...],
+        in_batch: set[str],
+        what: str,
+    ) -> None:
+        """``target`` is an event of one of ``types`` in this session's lineage, stored before (or
+        earlier in the batch)."""
+        if target in in_batch:
+            return
+        row = conn.execute(
+            "SELECT session_id, version, type FROM events WHERE event_id = ?", (target,)
+        ).fetchone()
+        ok = (
+            row is not None
+            and row[2] in types
+            and any(
+                sid == row[0] and lo <= row[1] <= hi
+                for sid, lo, hi in lineage_of(conn, session_id, self._lineages)
             )
-            if not ok:
-                raise InvalidEventError(
-                    f"message_removed: no message or tool return with event id {target!r} in session "
-                    f"{session_id!r}; `turnlog log {session_id}` shows the event ids"
-                )
+        )
+        if not ok:
+            raise InvalidEventError(
+                f"{what} in session {session_id!r}; `turnlog log {session_id}` shows the event ids"
+            )
 
 
 _TYPE_PARTS: dict[tuple[str, int], str] = {}

@@ -25,6 +25,8 @@ from store import (
     INLINE_LIMIT,
     NO_SESSION,
     ArtifactWritten,
+    CompactionFailed,
+    CondenserInfo,
     ContextBuilt,
     DuplicateEventError,
     EventStore,
@@ -35,10 +37,13 @@ from store import (
     MessagePinned,
     MessageRemoved,
     MessageUnpinned,
+    OutputCondensed,
     Pin,
+    PolicySet,
     RecordedEvent,
     RunFinished,
     RunStarted,
+    SessionPolicy,
     SessionRewound,
     SessionStarted,
     StateRecorded,
@@ -205,6 +210,23 @@ EVENT_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
         content=contents,
         metadata=st.none() | st.dictionaries(st.text(max_size=8), json_values, max_size=4),
     ),
+    "policy_set": st.builds(
+        PolicySet,
+        policy=st.builds(
+            SessionPolicy,
+            budget=st.none() | st.integers(1, 10**7),
+            compact_on_run_end=st.none() | st.booleans(),
+            summarizer=st.none() | st.sampled_from(["extractive", "local-llm", "a.b_c-1"]),
+            max_tool_tokens=st.none() | st.integers(16, 10**6),
+            tool_output_modes=st.none()
+            | st.dictionaries(
+                st.text(min_size=1, max_size=12),
+                st.sampled_from(["simple", "auto", "custom:grep", "custom:x.y"]),
+                max_size=3,
+            ),
+            condense_at=st.none() | st.sampled_from(["append", "run_end"]),
+        ),
+    ),
 }
 """A strategy for each event type that needs no other event (pins are built by session_events)."""
 
@@ -256,7 +278,14 @@ def summaries(draw: st.DrawFn, before_version: int) -> SummaryRecorded:
     )
 
 
-DEPENDENT_TYPES = {*PIN_TYPES, "summary_recorded", "session_rewound", "message_removed"}
+DEPENDENT_TYPES = {
+    *PIN_TYPES,
+    "summary_recorded",
+    "session_rewound",
+    "message_removed",
+    "output_condensed",
+    "compaction_failed",
+}
 """Types that refer to earlier events of their session, built by session_events."""
 
 
@@ -286,6 +315,31 @@ def session_events(draw: st.DrawFn, max_size: int = 8) -> list[Any]:
                 continue
             chosen = draw(st.lists(st.sampled_from(targets), min_size=1, max_size=3, unique=True))
             events.append(MessageRemoved(target_event_ids=tuple(e.event_id for e in chosen)))
+        elif name in ("output_condensed", "compaction_failed"):
+            outputs = [e for e in events if isinstance(e, ToolReturned)]
+            if not outputs:
+                events.append(draw(EVENT_STRATEGIES["tool_returned"]))
+                continue
+            target = draw(st.sampled_from(outputs)).event_id
+            if name == "output_condensed":
+                events.append(
+                    OutputCondensed(
+                        target_event_id=target,
+                        condenser=CondenserInfo(mode=draw(st.sampled_from(["auto", "custom"])), name="h"),
+                        text=draw(st.text(min_size=1, max_size=40)),
+                        source_tokens=draw(st.integers(0, 10**6)),
+                        key=draw(st.text("0123456789abcdef", min_size=64, max_size=64)),
+                    )
+                )
+            else:
+                events.append(
+                    CompactionFailed(
+                        stage="output",
+                        target_event_id=target,
+                        handler="h",
+                        error=draw(st.text(min_size=1, max_size=40)),
+                    )
+                )
         elif name in PIN_TYPES:
             targets = [e for e in events if isinstance(e, MessageAppended)]
             if not targets:
@@ -301,6 +355,7 @@ def session_events(draw: st.DrawFn, max_size: int = 8) -> list[Any]:
 def example_events() -> list[Any]:
     """One hand-written event of every type, valid as one session in this order."""
     message = MessageAppended(role="user", content="héllo 🙂 wörld", name="ana")
+    big_output = ToolReturned(tool_call_id="call_1", tool_name="read_file", content="x" * (INLINE_LIMIT * 3))
     return [
         SessionStarted(title="", model="gpt-4o", metadata={"agent": "démo", "n": [1, 2.5, None, True]}),
         MessageAppended(role="system", content="", pinned=Pin(reason="rules")),
@@ -310,7 +365,7 @@ def example_events() -> list[Any]:
             content="",
             tool_calls=(ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}'),),
         ),
-        ToolReturned(tool_call_id="call_1", tool_name="read_file", content="x" * (INLINE_LIMIT * 3)),
+        big_output,
         ToolReturned(tool_call_id="call_2", content="", is_error=True),
         TodosUpdated(todos=(TodoItem(id="t1", content="write tests", status="in_progress"),)),
         TodosUpdated(todos=()),
@@ -347,6 +402,27 @@ def example_events() -> list[Any]:
         ),
         MessageRemoved(target_event_ids=(message.event_id,), reason="RemoveMessage", source="langgraph"),
         SessionRewound(to_version=3, reason="pop", source="openai-agents"),
+        PolicySet(
+            policy=SessionPolicy(
+                budget=8000,
+                compact_on_run_end=True,
+                summarizer="extractive",
+                tool_output_modes={"read_file": "auto", "default": "custom:grep-errors"},
+            )
+        ),
+        OutputCondensed(
+            target_event_id=big_output.event_id,
+            condenser=CondenserInfo(mode="auto", name="extractive"),
+            text="The file holds 'x' repeated; nothing else.",
+            source_tokens=4000,
+            key="b" * 64,
+        ),
+        CompactionFailed(
+            stage="output",
+            target_event_id=big_output.event_id,
+            handler="grep-errors",
+            error="custom handler 'grep-errors' exited with status 2: grep: bad pattern",
+        ),
     ]
 
 

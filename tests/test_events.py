@@ -34,6 +34,7 @@ from store import (
     ToolCall,
     ToolReturned,
     events_loop,
+    events_policy,
     limits,
     parse_event,
 )
@@ -45,7 +46,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
 # Every model the events module defines, found rather than listed, so a new one cannot slip past.
 ALL_MODELS: tuple[type[BaseModel], ...] = tuple(
     cls
-    for module in (events_module, events_loop)
+    for module in (events_module, events_loop, events_policy)
     for cls in vars(module).values()
     if isinstance(cls, type)
     and issubclass(cls, BaseModel)
@@ -68,6 +69,8 @@ def _instances() -> list[BaseModel]:
         SummarizerInfo(name="openai", model="gpt-4o-mini"),
         SummarizerUsage(input_tokens=1, output_tokens=2),
         events_loop.Origin(framework="openai-agents", item={"type": "message", "content": [None]}),
+        events_policy.SessionPolicy(budget=8000, tool_output_modes={"search": "auto"}),
+        events_policy.CondenserInfo(mode="custom", name="grep-errors"),
     ]
     return [*example_events(), *values]
 

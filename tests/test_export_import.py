@@ -26,6 +26,8 @@ from store import (
     EVENT_CLASSES,
     INLINE_LIMIT,
     ArtifactWritten,
+    CompactionFailed,
+    CondenserInfo,
     DuplicateEventError,
     Event,
     ForkPoint,
@@ -35,10 +37,13 @@ from store import (
     MessageRemoved,
     MessageUnpinned,
     Origin,
+    OutputCondensed,
     Pin,
+    PolicySet,
     RecordedEvent,
     RunFinished,
     RunStarted,
+    SessionPolicy,
     SessionRewound,
     SessionStarted,
     SQLiteStore,
@@ -90,6 +95,7 @@ def full_session(store: SQLiteStore, session_id: str = "full") -> list[RecordedE
             ToolCall(id="call_2", name="read_file", arguments="not json at all"),
         ),
     )
+    big = ToolReturned(tool_call_id="call_1", tool_name="run_tests", content=BIG_OUTPUT, is_error=True)
     events: list[Event] = [
         SessionStarted(
             title="Full", model="gpt-4o", metadata={"agent": "coder", "n": 1.5, "tags": [1, None]}
@@ -98,8 +104,21 @@ def full_session(store: SQLiteStore, session_id: str = "full") -> list[RecordedE
         RunStarted(run_id="run-1"),
         user,
         call,
-        ToolReturned(tool_call_id="call_1", tool_name="run_tests", content=BIG_OUTPUT, is_error=True),
+        big,
         ToolReturned(tool_call_id="call_2", tool_name="read_file", content="short output"),
+        PolicySet(
+            policy=SessionPolicy(
+                budget=4000, compact_on_run_end=True, tool_output_modes={"run_tests": "auto"}
+            )
+        ),
+        OutputCondensed(
+            target_event_id=big.event_id,
+            condenser=CondenserInfo(mode="auto", name="extractive"),
+            text="The tests failed: 3 errors.",
+            source_tokens=5000,
+            key="c" * 64,
+        ),
+        CompactionFailed(stage="output", target_event_id=big.event_id, handler="grep", error="exited with 2"),
         TodosUpdated(todos=(TodoItem(id="1", content="fix it", status="in_progress"),)),
         ArtifactWritten(
             name="src/f.py", content=BIG_ARTIFACT, media_type="text/x-python", tool_call_id="call_2"

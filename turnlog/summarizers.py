@@ -208,12 +208,13 @@ class OpenAISummarizer:
         timeout: float = 60.0,
         prompt: str = PROMPT,
         prompt_version: str = "1",
+        name: str = "openai",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout = timeout
         self.prompt = prompt
-        self.info = SummarizerInfo(name="openai", model=model, prompt_version=prompt_version)
+        self.info = SummarizerInfo(name=name, model=model, prompt_version=prompt_version)
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         body = {
@@ -268,15 +269,18 @@ class CommandSummarizer:
     output. It also gets TURNLOG_TARGET_TOKENS and TURNLOG_LEVEL in its environment."""
 
     def __init__(
-        self, command: str | list[str], *, timeout: float = 120.0, prompt_version: str = "1"
+        self,
+        command: str | list[str],
+        *,
+        timeout: float = 120.0,
+        prompt_version: str = "1",
+        name: str = "command",
     ) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
             raise SummarizerError("the summarizer command is empty")
         self.timeout = timeout
-        self.info = SummarizerInfo(
-            name="command", model=" ".join(self.argv)[:200], prompt_version=prompt_version
-        )
+        self.info = SummarizerInfo(name=name, model=" ".join(self.argv)[:200], prompt_version=prompt_version)
 
     def summarize(self, request: SummaryRequest) -> SummaryResult:
         env = dict(
