@@ -4,8 +4,9 @@ timeline compaction plans with."""
 
 from __future__ import annotations
 
-from projections.capping import MIN_CAP, cap_text
+from projections.capping import MIN_CAP, Capped, cap_text
 from projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
+from projections.context_condensed import CondensedViews, condensed_content
 from projections.context_reader import ContextReader, Row, SummaryRow
 from projections.context_types import (
     FILL_MIN,
@@ -20,11 +21,13 @@ from projections.context_types import (
     ContextMessage,
 )
 from projections.formats import render
-from store import MessageAppended, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
+from store import MessageAppended, OutputCondensed, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
 
 
 class ContextBuilder(ContextReader):
     """One build of one session as of one position under one policy."""
+
+    _views: CondensedViews | None = None
 
     # -- rendering of one unit ----------------------------------------------------------------
 
@@ -156,7 +159,14 @@ class ContextBuilder(ContextReader):
     ) -> ContextMessage:
         full = PER_MESSAGE + self.costs["tool"] + row.tokens
         content, mode, tokens, shown = event.content, "full", full, None
-        if cap is not None:
+        condensed = None
+        if cap is not None and row.tokens > cap:
+            condensed = self._condensed(record, event, cap)
+        if condensed is not None:
+            id_tokens = self.tok.count(event.tool_call_id)
+            content, mode, shown = condensed.text, "condensed", condensed.shown_tokens
+            tokens = PER_MESSAGE + self.costs["tool"] + id_tokens + condensed.tokens
+        elif cap is not None:
             id_tokens = self.tok.count(event.tool_call_id)
             capped = cap_output(
                 self.store,
@@ -180,6 +190,21 @@ class ContextBuilder(ContextReader):
             tool_call_id=event.tool_call_id,
             is_error=event.is_error,
             shown_tokens=shown,
+        )
+
+    def _condensed(self, record: RecordedEvent, event: ToolReturned, cap: int) -> Capped | None:
+        """The condensed view of an output over the cap that the effective mode asks for, if made."""
+        if self._views is None:
+            self._views = CondensedViews(self.store, self.sid, self.at, self.policy.tool_output_modes)
+        view = self._views.wanted(record.event_id, event.tool_name)
+        if view is None:
+            return None
+        self._load([view.version])
+        stored = self.events[view.version].event
+        assert isinstance(stored, OutputCondensed)
+        ref = event.artifact_id or record.event_id
+        return condensed_content(
+            self.store, stored, view.event_id, ref, is_artifact=event.artifact_id is not None, cap=cap
         )
 
     # -- the build ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
@@ -52,7 +53,7 @@ def other_texts(event: MessageAppended) -> list[str]:
     return texts
 
 
-_CacheKey = tuple[str, str, str, int, int, int, str | None]
+_CacheKey = tuple[object, ...]
 _CACHE_SIZE = 4096
 """Capped outputs kept per store (a few MB at most: each is at most the cap's tokens)."""
 
@@ -164,6 +165,13 @@ def _replace(value: Any, path: tuple[Any, ...], text: str) -> Any:
         parent = parent[step]
     parent[path[-1]] = text
     return value
+
+
+def cached_capped(store: SQLiteStore, key: _CacheKey, make: Callable[[], Capped]) -> Capped:
+    """``make()``, remembered per store under ``key`` (with the tokenizer's name added)."""
+    full = (store.tokenizer.name, *key)
+    found = _cached(store, full)
+    return found if found is not None else _remember(store, full, make())
 
 
 def _cached(store: SQLiteStore, key: _CacheKey) -> Capped | None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from projections.capping import MIN_CAP
 from store import ContextBuilt, ManifestEntry, StoreError, Tokenizer, ToolCall
+from store.events_policy import OutputMode, ToolKey
 
 PRIME_TOKENS = 3
 """Tokens every reply is primed with (OpenAI's rule)."""
@@ -26,7 +27,7 @@ FILL_MIN = 48
 """The least room worth filling with a capped message at the oldest end of the context."""
 
 Format = Literal["openai", "anthropic", "text"]
-Mode = Literal["full", "capped", "synthesized", "notice", "summary"]
+Mode = Literal["full", "capped", "synthesized", "notice", "summary", "condensed"]
 Category = Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
 
 
@@ -51,6 +52,10 @@ class ContextPolicy(BaseModel):
     """Cap tool outputs of the run still open too (by default they are shown whole if they fit)."""
     fill: bool = True
     """Use leftover budget for the next older message, capped to fit."""
+    tool_output_modes: dict[ToolKey, OutputMode] | None = None
+    """Which stored view of a tool output over the cap to show, per tool name (``default``: the
+    rest), over the session's policy: ``simple`` (the cap), ``auto`` (its summary) or
+    ``custom:NAME``. A view that was not made yet shows the simple cap: a build never makes one."""
 
 
 @dataclass(slots=True)

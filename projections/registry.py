@@ -12,6 +12,7 @@ from projections.langgraph_index import LangGraphIndex
 from projections.ledger import Ledger
 from projections.live_index import LiveIndex
 from projections.materialize import Materializer, Projection
+from projections.runtime import RuntimeProjection
 from projections.sessions import SessionsProjection
 from projections.todos import TodosProjection
 from store import RecordedEvent, SQLiteStore
@@ -33,6 +34,7 @@ def all_projections() -> list[Projection]:
         ArtifactsProjection(),
         TodosProjection(),
         LangGraphIndex(),
+        RuntimeProjection(),
     ]
 
 

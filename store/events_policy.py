@@ -20,6 +20,9 @@ from store.limits import MAX_TOKENS, NonNegative
 HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
 """The name of a summarizer or a custom output handler: a key of the local configuration."""
 
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+"""Who made or failed to make something: a configured name, or an API caller's summarizer's name."""
+
 _MODE = re.compile(r"^(simple|auto|custom:[A-Za-z0-9_.-]{1,100})$")
 
 MAX_TOOL_MODES = 1000
@@ -91,7 +94,7 @@ class CondenserInfo(ValueModel):
 
     mode: Literal["auto", "custom"]
     """``auto``: a summarizer; ``custom``: a custom handler."""
-    name: HandlerName
+    name: Name
     """The summarizer's or handler's name."""
     model: str | None = None
     """The model it used, if any."""
@@ -139,7 +142,7 @@ class CompactionFailed(EventModel):
     """The run whose end triggered it, if any."""
     target_event_id: Identifier | None = None
     """For ``output``: the output that could not be condensed."""
-    handler: HandlerName
+    handler: Name
     """The summarizer or custom handler that failed."""
     error: Annotated[str, StringConstraints(min_length=1, max_length=4000)]
     """What went wrong (one line)."""

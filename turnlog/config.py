@@ -168,7 +168,9 @@ def summarizer_named(name: str, config: Config) -> Summarizer:
             prompt_version=entry.prompt_version,
             name=name,
         )
-    return CommandSummarizer(entry.command, timeout=entry.timeout, prompt_version=entry.prompt_version, name=name)
+    return CommandSummarizer(
+        entry.command, timeout=entry.timeout, prompt_version=entry.prompt_version, name=name
+    )
 
 
 CustomHandler = Callable[[str], str]
@@ -191,7 +193,9 @@ def custom_named(name: str, config: Config, callables: Mapping[str, CustomHandle
         return Handler(name, callables[name], getattr(callables[name], "version", "1"))
     entry = config.values.custom.get(name)
     if entry is None:
-        raise ConfigError(f"custom output handler {name!r} is not configured: add [custom.{name}] to {config.where()}")
+        raise ConfigError(
+            f"custom output handler {name!r} is not configured: add [custom.{name}] to {config.where()}"
+        )
     return Handler(name, _command_handler(name, entry), entry.version)
 
 

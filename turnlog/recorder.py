@@ -25,7 +25,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -54,6 +54,9 @@ from store import (
 )
 from store.events import describe_validation_error
 
+if TYPE_CHECKING:
+    from turnlog.loop import Handlers, LoopReport
+
 M = TypeVar("M", bound=BaseModel)
 
 ToolCallInput = ToolCall | Mapping[str, Any]
@@ -79,6 +82,8 @@ class SessionRecorder:
         model: str | None = None,
         retries: int = 3,
         owns_store: bool = False,
+        handlers: Handlers | None = None,
+        loop: bool = True,
     ) -> None:
         self.store = store
         """The store appended to (each append leaves its projections caught up)."""
@@ -93,6 +98,13 @@ class SessionRecorder:
         """The session's head version as this recorder last saw it."""
         self.run_id: str | None = None
         """The open run, if any."""
+        self.loop = loop
+        """Run the session policy's work after commits: condense long tool outputs, compact when a
+        run finishes (see turnlog.loop). Off: this recorder only appends."""
+        self.handlers = handlers
+        """What the policy's names stand for (default: the local configuration)."""
+        self.last_report: LoopReport | None = None
+        """What the loop did after the last append that triggered it (its ``errors`` say what failed)."""
         self._owns_store = owns_store
         self._call_names: dict[str, str] = {}
 
@@ -279,7 +291,29 @@ class SessionRecorder:
                 delay *= 2
         if records:
             self.version = records[-1].version
+            if self.loop:
+                self._after_commit(records)
         return records
+
+    def _after_commit(self, records: list[RecordedEvent]) -> None:
+        if not any(r.type in ("tool_returned", "run_finished") for r in records):
+            return
+        from turnlog.loop import after_commit  # the loop's summarizers are imported only when used
+
+        try:
+            report = after_commit(self.store, self.session_id, records, handlers=self.handlers)
+        except StoreError as exc:  # the events are committed; say what could not follow them
+            from turnlog.loop import LoopReport
+
+            self.last_report = LoopReport(errors=[f"the run-time loop could not run: {exc}"])
+            return
+        if report.appended or report.errors:
+            self.last_report = report
+        # Adopt what the loop appended right after this recorder's head; anything else another
+        # writer appended meanwhile is left for the next append to detect.
+        for record in report.appended:
+            if record.version == self.version + 1:
+                self.version = record.version
 
     def sync(self) -> int:
         """Adopt the session's current head version (after another writer appended); returns it."""
@@ -306,6 +340,8 @@ def session(
     model: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     retries: int = 3,
+    handlers: Handlers | None = None,
+    loop: bool = True,
 ) -> SessionRecorder:
     """A recorder for ``session_id``: started (``session_started`` with the title, model and
     metadata) when it does not exist yet, continued from its head when it does. ``store`` is an
@@ -313,7 +349,9 @@ def session(
     owns = not isinstance(store, SQLiteStore)
     opened = SQLiteStore.open(store) if not isinstance(store, SQLiteStore) else store
     try:
-        recorder = SessionRecorder(opened, session_id, model=model, retries=retries, owns_store=owns)
+        recorder = SessionRecorder(
+            opened, session_id, model=model, retries=retries, owns_store=owns, handlers=handlers, loop=loop
+        )
         if recorder.version == 0:
             started = _build(
                 SessionStarted,

@@ -16,6 +16,7 @@ from projections.ledger import audit, load_prices
 from projections.todos import current_todos, render_checklist, todo_history
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.commands.policy import as_modes, modes_option, policy_budget
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -33,7 +34,11 @@ from turnlog.output import (
 
 @cli.command()
 @click.argument("session")
-@click.option("--budget", type=tokens_range(1), required=True, help="Prompt tokens, all included.")
+@click.option(
+    "--budget",
+    type=tokens_range(1),
+    help="Prompt tokens, all included (default: the budget of the session's policy).",
+)
 @max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).")
 @click.option(
     "--max-message-tokens",
@@ -52,6 +57,10 @@ from turnlog.output import (
 )
 @at_option("Build it as of this log position (replay).")
 @click.option("--cap-open-run", is_flag=True, help="Cap tool outputs of the open run too.")
+@modes_option(
+    "TOOL=MODE, repeatable: which stored view of a long output to show (simple, auto, custom:NAME) "
+    "over the session's policy; a view not made yet shows the simple cap. Never writes."
+)
 @click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
 @click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
 @json_option
@@ -59,12 +68,13 @@ from turnlog.output import (
 def context(
     ctx: _Context,
     session: str,
-    budget: int,
+    budget: int | None,
     max_tool_tokens: int,
     max_message_tokens: int,
     fmt: str,
     at: int | None,
     cap_open_run: bool,
+    tool_modes: tuple[tuple[str, str], ...],
     manifest: bool,
     record: bool,
     as_json: bool,
@@ -79,14 +89,15 @@ def context(
     Example:
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
     """
-    policy = ContextPolicy(
-        budget=budget,
-        max_tool_tokens=max_tool_tokens,
-        max_message_tokens=max_message_tokens,
-        format=fmt,
-        cap_open_run=cap_open_run,
-    )
     with ctx.open() if record else ctx.read() as store:
+        policy = ContextPolicy(
+            budget=policy_budget(store, session, budget),
+            max_tool_tokens=max_tool_tokens,
+            max_message_tokens=max_message_tokens,
+            format=fmt,
+            cap_open_run=cap_open_run,
+            tool_output_modes=as_modes(tool_modes),
+        )
         built = build_context(store, session, policy, at=at, record=record)
     if fmt == "text" and not as_json:
         echo(built.rendered)

@@ -13,6 +13,7 @@ from projections.sessions import list_sessions
 from store import ANY, NO_SESSION, Expected, parse_events_json
 from turnlog.actions import fork_session, pin_message, rewind_session, unpin_message
 from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.commands.policy import report_loop
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -53,7 +54,10 @@ def _expected(value: str | None) -> Expected:
 def append(ctx: _Context, session: str, expected_version: str | None, source: Any, as_json: bool) -> None:
     """Append events to SESSION, atomically (all or nothing).
 
-    Events are JSON: one object, a list, or JSON lines, read from standard input.
+    Events are JSON: one object, a list, or JSON lines, read from standard input. Once they are
+    stored, the session's policy (`turnlog policy`) runs: long tool outputs get their auto/custom
+    views, and a run_finished compacts when the policy says so (a failure is recorded as an event
+    and printed as a warning; the appended events stay).
 
     \b
     Example:
@@ -67,6 +71,7 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
     events = parse_events_json(text)
     with ctx.open(create=True) as store:
         records = store.append(session, events, expected_version=expected)
+        report_loop(store, session, records)
     data = [
         {"position": r.position, "version": r.version, "event_id": r.event_id, "type": r.type}
         for r in records

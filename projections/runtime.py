@@ -1,0 +1,137 @@
+"""The run-time loop's projection: each session's policy (``policy_set``) and the condensed views of
+long tool outputs (``output_condensed``), so a build finds the policy as of its position and the
+condensed text of an output with one indexed query each, and the write path knows which outputs are
+done. A fork starts with its parent's rows up to the fork; rewound or removed rows stop counting."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from projections.live_index import live_condition
+from projections.materialize import Projection, copy_rows, fork_of
+from store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
+
+
+@dataclass(frozen=True, slots=True)
+class Condensed:
+    """A condensed view of one tool output, as the projection lists it."""
+
+    target_event_id: str
+    mode: str
+    """``auto`` or ``custom``."""
+    name: str
+    """The summarizer's or custom handler's name."""
+    key: str
+    version: int
+    """The ``output_condensed`` event's session version (load it for the text)."""
+    event_id: str
+
+
+class RuntimeProjection(Projection):
+    """``rt_policies``: one row per ``policy_set``; ``rt_condensed``: one row per ``output_condensed``."""
+
+    name: ClassVar[str] = "runtime"
+    version: ClassVar[int] = 1
+    tables: ClassVar[tuple[str, ...]] = ("rt_policies", "rt_condensed")
+    types: ClassVar[tuple[str, ...] | None] = ("policy_set", "output_condensed", "session_started")
+
+    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+        conn.execute(
+            f"""
+            CREATE TABLE IF NOT EXISTS {schema}.rt_policies (
+                session_id TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                version INTEGER NOT NULL,
+                policy TEXT NOT NULL,           -- the SessionPolicy as JSON
+                PRIMARY KEY (session_id, position)
+            ) STRICT, WITHOUT ROWID
+            """
+        )
+        conn.execute(
+            f"""
+            CREATE TABLE IF NOT EXISTS {schema}.rt_condensed (
+                session_id TEXT NOT NULL,
+                target_event_id TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                version INTEGER NOT NULL,
+                mode TEXT NOT NULL,
+                name TEXT NOT NULL,
+                key TEXT NOT NULL,
+                event_id TEXT NOT NULL,
+                PRIMARY KEY (session_id, target_event_id, position)
+            ) STRICT, WITHOUT ROWID
+            """
+        )
+
+    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+        for record in records:
+            event = record.event
+            fork = fork_of(conn, record)
+            if fork is not None:
+                for table in self.tables:
+                    copy_rows(conn, table, fork[0], record.session_id, "position <= ?", (fork[2],))
+            elif isinstance(event, PolicySet):
+                conn.execute(
+                    "INSERT INTO rt_policies (session_id, position, version, policy) VALUES (?, ?, ?, ?)",
+                    (record.session_id, record.position, record.version, event.policy.model_dump_json()),
+                )
+            elif isinstance(event, OutputCondensed):
+                conn.execute(
+                    "INSERT INTO rt_condensed (session_id, target_event_id, position, version, mode, name, "
+                    "key, event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        record.session_id,
+                        event.target_event_id,
+                        record.position,
+                        record.version,
+                        event.condenser.mode,
+                        event.condenser.name,
+                        event.key,
+                        record.event_id,
+                    ),
+                )
+
+
+def session_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> SessionPolicy:
+    """The session's policy as its newest live ``policy_set`` at or before ``at`` left it (all fields
+    unset when there is none)."""
+    _caught_up(store)
+    through = 2**62 if at is None else at
+    with store.reading() as conn:
+        row = conn.execute(
+            "SELECT policy FROM rt_policies p WHERE session_id = ? AND position <= ? "
+            f"AND {live_condition('p')} ORDER BY version DESC LIMIT 1",
+            (session_id, through, through, through),
+        ).fetchone()
+    return SessionPolicy() if row is None else SessionPolicy.model_validate_json(row[0])
+
+
+def condensed_outputs(
+    store: SQLiteStore, session_id: str, at: int | None = None
+) -> dict[str, list[Condensed]]:
+    """The live condensed views of the session's outputs at or before ``at``, by output event id,
+    oldest first."""
+    _caught_up(store)
+    through = 2**62 if at is None else at
+    with store.reading() as conn:
+        rows = conn.execute(
+            "SELECT target_event_id, mode, name, key, version, event_id FROM rt_condensed c "
+            f"WHERE session_id = ? AND position <= ? AND {live_condition('c')} ORDER BY position",
+            (session_id, through, through, through),
+        ).fetchall()
+    found: dict[str, list[Condensed]] = {}
+    for target, mode, name, key, version, event_id in rows:
+        found.setdefault(target, []).append(Condensed(target, mode, name, key, int(version), event_id))
+    return found
+
+
+def _caught_up(store: SQLiteStore) -> None:
+    from projections.registry import materializer  # the registry imports this module
+
+    materializer(store).catch_up()
+
+
+__all__ = ["Condensed", "RuntimeProjection", "condensed_outputs", "session_policy"]
