@@ -104,12 +104,15 @@ class FakeModel:
 class Tools:
     """Deterministic stand-ins for a coding agent's tools; each returns (text, is_error)."""
 
-    def __init__(self) -> None:
-        self.fixed = False
+    fixed = False
 
     def run(self, name: str, arguments: str) -> tuple[str, bool]:
         """A call as the model made it: a bad name or bad arguments is an error result, not a crash."""
-        tool = {"read_file": self.read_file, "run_tests": self.run_tests, "edit_file": self.edit_file}
+        tool: dict[str, Callable[..., tuple[str, bool]]] = {
+            "read_file": self.read_file,
+            "run_tests": self.run_tests,
+            "edit_file": self.edit_file,
+        }
         try:
             given = json.loads(arguments)
             if name not in tool or not isinstance(given, dict):
