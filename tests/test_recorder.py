@@ -1,18 +1,17 @@
 """The Python API for agent loops: a SessionRecorder records messages, tool calls and results,
-todos, artifacts, usage and runs (failed when the block raises), builds contexts, surfaces version
-conflicts clearly and retries transient errors idempotently; the example script runs."""
+todos, artifacts, usage and runs (failed when the block raises), builds contexts, serves the turnlog
+tool's calls, surfaces version conflicts clearly and retries transient errors idempotently."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from projections.todos import current_todos
+from projections.todos import build_todo_list, current_todos
 from store import (
     ArtifactWritten,
     ContextBuilt,
@@ -246,26 +245,44 @@ def test_recorder_is_also_usable_directly(store: SQLiteStore) -> None:
     assert store.head_version("raw") == 1
 
 
-def test_the_example_agent_runs(tmp_path: Path) -> None:
-    db = tmp_path / "example.db"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "example_agent.py"), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert f"store: {db}" in out and "verify: ok" in out
-    assert out.count("call ") >= 5 and "tokens" in out
-    assert "run_finished status=failed" in out
-    with SQLiteStore.open(db) as check:
-        recorded = events(check, "example")
-        statuses = [e.status for e in recorded if isinstance(e, RunFinished)]
-        assert statuses == ["completed", "failed", "completed"]
-        assert any(isinstance(e, ArtifactWritten) for e in recorded)
-        assert sum(isinstance(e, UsageRecorded) for e in recorded) == 5
-        assert current_todos(check, "example")[0].status == "completed"
-        manifests = [e for e in recorded if isinstance(e, ContextBuilt)]
-        assert all(m.total_tokens <= m.budget for m in manifests) and len(manifests) == 6
+def test_invoke_tool_answers_a_recorded_turnlog_call(store: SQLiteStore) -> None:
+    rec = session(store, "s", model="gpt-4o")
+    todos = {"todos": [{"content": "fix it", "status": "in_progress"}, {"content": "test it"}]}
+    envelope = {"module": "todos", "method": "write", "input": todos}
+    rec.assistant("Planning.", tool_calls=[{"id": "c1", "name": "turnlog", "arguments": envelope}])
+    result = rec.invoke_tool("c1", json.dumps(envelope))
+    assert not result.is_error and result.method == "todos.write"
+    assert [r.type for r in result.recorded] == ["todos_updated", "tool_returned"]
+    assert rec.version == store.head_version("s") == result.recorded[-1].version
+    assert current_todos(store, "s") == list(build_todo_list(todos["todos"]).todos)
+    returned = events(store)[-1]
+    assert isinstance(returned, ToolReturned) and returned.tool_call_id == "c1"
+    assert returned.tool_name == "turnlog" and returned.content == result.text
+    # A retry with the same id and input writes nothing and gives the first answer.
+    again = rec.invoke_tool("c1", envelope)
+    assert again.retried and again.text == result.text and store.head_version("s") == rec.version
+    rec.user("and the recorder goes on at its version")
+
+
+def test_invoke_tool_answers_invalid_input_with_an_error_result(store: SQLiteStore) -> None:
+    rec = session(store, "s", model="gpt-4o")
+    rec.assistant(tool_calls=[{"id": "c1", "name": "turnlog", "arguments": "not json"}])
+    result = rec.invoke_tool("c1", "not json", max_tokens=100)
+    assert result.is_error and result.text.startswith("error:")
+    assert [r.type for r in result.recorded] == ["tool_returned"] and rec.version == store.head_version("s")
+    assert not any(isinstance(e, TodosUpdated) for e in events(store))
+    with pytest.raises(StoreError, match="max_tokens"):
+        rec.invoke_tool("c2", "{}", max_tokens=5)
+
+
+def test_invoke_tool_refuses_to_write_after_another_writer(store: SQLiteStore) -> None:
+    rec = session(store, "s", model="gpt-4o")
+    envelope = {"module": "todos", "method": "write", "input": {"todos": [{"content": "x"}]}}
+    rec.assistant(tool_calls=[{"id": "c1", "name": "turnlog", "arguments": envelope}])
+    store.append("s", [MessageAppended(role="user", content="someone else")])
+    head = store.head_version("s")
+    with pytest.raises(VersionConflictError):
+        rec.invoke_tool("c1", envelope)
+    assert store.head_version("s") == head and current_todos(store, "s") == []
+    rec.sync()
+    assert not rec.invoke_tool("c1", envelope).is_error and len(current_todos(store, "s")) == 1

@@ -28,6 +28,7 @@ from store import (
     TodosUpdated,
     ToolReturned,
     UnknownSessionError,
+    VersionConflictError,
     parse_events_json,
 )
 from turnlog.checks import verify_all
@@ -279,6 +280,25 @@ def test_todos_read_and_write_use_the_one_builder(store: SQLiteStore) -> None:
     assert tool.call(store, SID, env("todos.read", {})).endswith("- [ ] Run the linter (id: 2)")
     cleared = tool.call(store, SID, env("todos.write", {"todos": []}))
     assert "none (the list is empty)" in cleared and current_todos(store, SID) == []
+
+
+@pytest.mark.parametrize("options", [{}, {"record": False}, {"tool_call_id": "call-x"}])
+def test_a_stale_expected_version_writes_nothing(store: SQLiteStore, options: dict[str, Any]) -> None:
+    head = store.head_version(SID)
+    before = state(store)
+    with pytest.raises(VersionConflictError):
+        tool.invoke(
+            store,
+            SID,
+            env("todos.write", {"todos": [{"content": "x"}]}),
+            expected_version=head - 1,
+            **options,
+        )
+    assert state(store) == before
+    result = tool.invoke(
+        store, SID, env("todos.write", {"todos": [{"content": "x"}]}), expected_version=head, **options
+    )
+    assert result.recorded[-1].version == store.head_version(SID) > head
 
 
 def test_pin_and_unpin(store: SQLiteStore) -> None:

@@ -1,9 +1,10 @@
 """turnlog: an event-sourced conversation store for LLM agents.
 
 ``import turnlog`` gives the public API: open a store, append events, read them back, import
-transcripts, build the model's context (``build_context``, ``ContextPolicy``) and serve the
-agent-facing tool (``turnlog.tool``, ``call_tool``, ``invoke_tool``, ``tool_definition``). Everything
-else (context, artifacts, todos, the ledger) is a projection of the log.
+transcripts, record an agent loop (``session``, ``SessionRecorder``), build the model's context
+(``build_context``, ``ContextPolicy``, ``ContextBudgetError``) and serve the agent-facing tool
+(``turnlog.tool``, ``call_tool``, ``invoke_tool``, ``tool_definition``). Everything else (context,
+artifacts, todos, the ledger) is a projection of the log.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from turnlog.importers import (
 from turnlog.recorder import SessionRecorder, session
 
 if TYPE_CHECKING:
-    from projections.context import BuiltContext, ContextPolicy, build_context
+    from projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog import tool
     from turnlog.tool import ToolResult, tool_definition
     from turnlog.tool import call as call_tool
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 # public name -> (module, attribute; None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
     "BuiltContext": ("projections.context", "BuiltContext"),
+    "ContextBudgetError": ("projections.context", "ContextBudgetError"),
     "ContextPolicy": ("projections.context", "ContextPolicy"),
     "build_context": ("projections.context", "build_context"),
     "tool": ("turnlog.tool", None),
@@ -96,6 +98,7 @@ __all__ = [
     "BuiltContext",
     "CompactionOptions",
     "CompactionResult",
+    "ContextBudgetError",
     "ContextPolicy",
     "Conversation",
     "ImportResult",

@@ -56,6 +56,7 @@ from store.events import describe_validation_error
 
 if TYPE_CHECKING:
     from turnlog.loop import Handlers, LoopReport
+    from turnlog.tool import Envelope, ToolResult
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -160,6 +161,30 @@ class SessionRecorder:
         name = tool_name or self._call_names.get(call_id)
         fields = {"tool_call_id": call_id, "tool_name": name, "content": content, "is_error": is_error}
         return self.append(_build(ToolReturned, fields))[0]
+
+    def invoke_tool(self, call_id: str, arguments: Envelope, *, max_tokens: int | None = None) -> ToolResult:
+        """Serve a call of the ``turnlog`` tool (the agent reading its own log, writing its todo
+        list or pins) that this recorder appended with :meth:`assistant`: what the call writes and
+        its result go in one batch answering ``call_id``; ``.text`` is what to give the model. Invalid
+        input is answered with an error result (``is_error``) the model can correct, never raised;
+        a retry with the same call id and input writes nothing. See :func:`turnlog.tool.invoke`."""
+        from turnlog import tool  # on first use: `import turnlog` stays light
+
+        limit = tool.DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        expected = self.version if self.version else NO_SESSION
+        result = tool.invoke(
+            self.store,
+            self.session_id,
+            arguments,
+            max_tokens=limit,
+            tool_call_id=call_id,
+            expected_version=expected,
+        )
+        if result.recorded:
+            self.version = result.recorded[-1].version
+            if self.loop:
+                self._after_commit(list(result.recorded))
+        return result
 
     # --- the rest of the session ---------------------------------------------------------------
 

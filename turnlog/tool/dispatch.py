@@ -16,8 +16,10 @@ from pydantic import ValidationError
 from projections.artifacts import InvalidArgumentError
 from projections.capping import cap_text
 from store import (
+    ANY,
     DuplicateEventError,
     Event,
+    Expected,
     InvalidEventError,
     MessageAppended,
     RecordedEvent,
@@ -98,6 +100,7 @@ def invoke(
     max_tokens: int = DEFAULT_MAX_TOKENS,
     record: bool = True,
     tool_call_id: str | None = None,
+    expected_version: Expected = ANY,
 ) -> ToolResult:
     """Serve one call of the tool for ``session_id`` and say what was written.
 
@@ -119,6 +122,9 @@ def invoke(
     - ``record=False`` (the caller records its agent's tool calls itself): only the effects of a
       call that succeeds.
 
+    ``expected_version`` is checked by the append like any other (optimistic concurrency: a writer
+    that appended meanwhile makes it raise VersionConflictError, and nothing is written).
+
     The envelope's content never makes this raise: malformed JSON, unknown methods and invalid
     input come back as a short error message in ``text``. It raises StoreError only for what the
     agent cannot cause: an unknown session, a closed, busy or damaged store, an invalid
@@ -134,7 +140,7 @@ def invoke(
         )
     store.require_session(session_id)
     if tool_call_id is not None:
-        return _invoke_once(store, session_id, envelope, max_tokens, tool_call_id)
+        return _invoke_once(store, session_id, envelope, max_tokens, tool_call_id, expected_version)
     result = _serve(store, session_id, envelope, max_tokens)
     batch: list[Event] = []
     if result.is_error:
@@ -153,14 +159,19 @@ def invoke(
         batch = list(result.effects)
     if not batch:
         return result
-    recorded = store.append(session_id, batch)
+    recorded = store.append(session_id, batch, expected_version=expected_version)
     return ToolResult(
         result.text, result.is_error, result.method, result.arguments, result.effects, tuple(recorded)
     )
 
 
 def _invoke_once(
-    store: SQLiteStore, session_id: str, envelope: Envelope, max_tokens: int, tool_call_id: str
+    store: SQLiteStore,
+    session_id: str,
+    envelope: Envelope,
+    max_tokens: int,
+    tool_call_id: str,
+    expected_version: Expected,
 ) -> ToolResult:
     """Serve a call the log already holds, exactly once per (session, call id): the first time,
     append its effects and result under ids derived from the key and the input; a retry with the
@@ -178,7 +189,7 @@ def _invoke_once(
         ]
         returned = _returned(tool_call_id, result).model_copy(update={"event_id": f"{key}r{fingerprint}"})
         try:
-            recorded = store.append(session_id, [*effects, returned])
+            recorded = store.append(session_id, [*effects, returned], expected_version=expected_version)
         except DuplicateEventError:
             answered = _answered(store, session_id, key)
             if answered is None:
