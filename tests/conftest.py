@@ -44,3 +44,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under TURNLOG_NO_SKIP=1 (the test command must skip nothing): {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _no_local_configuration(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads the machine's own turnlog configuration (~/.config/turnlog/config.toml)."""
+    monkeypatch.delenv("TURNLOG_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))

@@ -351,3 +351,23 @@ def test_todos_write_refuses_bad_bytes_and_deep_json(runner: CliRunner, db_path:
         result = runner.invoke(cli, ["--db", str(db_path), "todos", "s", "--write", "-"], input=data)
         assert result.exit_code == 1 and message in result.stderr, result.output
     assert count(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["log", "nope", "--json"],
+        ["context", "nope", "--budget", "100", "--json"],
+        ["context", "nope", "--budget", "0", "--json"],
+        ["policy", "nope", "--budget", "5", "--json"],
+        ["append", "s", "--json"],
+        ["audit", "--by", "colour", "--json"],
+    ],
+)
+def test_errors_are_json_with_json(runner: CliRunner, db_path: Path, args: list[str]) -> None:
+    run(runner, db_path, "init")
+    result = runner.invoke(cli, ["--db", str(db_path), *args], input="not json")
+    assert result.exit_code in (1, 2)
+    data = json.loads(result.stdout)
+    assert set(data) == {"error", "exit_code"} and data["exit_code"] == result.exit_code
+    assert data["error"] and "\n" not in data["error"] and result.stderr == ""

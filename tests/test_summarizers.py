@@ -3,17 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from store import load_tokenizer
+from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
 from turnlog.summarizers import (
     CallableSummarizer,
     CommandSummarizer,
@@ -90,57 +86,6 @@ def test_extractive_condenses_summaries() -> None:
 
 
 # --- OpenAI-compatible endpoint on 127.0.0.1 ----------------------------------------------------
-
-
-class FakeOpenAI:
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.reply: Any = None
-        self.status = 200
-        self.delay = 0.0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                fake.requests.append(json.loads(self.rfile.read(length)))
-                fake.headers.append(dict(self.headers))
-                time.sleep(fake.delay)
-                body = fake.reply if isinstance(fake.reply, bytes) else json.dumps(fake.reply).encode()
-                try:
-                    self.send_response(fake.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    yield server
-    server.close()
-
-
-def completion(text: str | None) -> dict[str, Any]:
-    return {
-        "choices": [{"message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 321, "completion_tokens": 45},
-    }
 
 
 def test_openai_request_shape_and_usage(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ import click
 
 from store import SQLiteStore, StoreError
 from turnlog import open_store
-from turnlog.output import escape_text
+from turnlog.output import dumps, escape_text
 
 
 class _Group(click.Group):
@@ -20,11 +20,13 @@ class _Group(click.Group):
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
+        # --json asks for JSON errors too (an option value that reads "--json" is rare enough).
+        self._json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
         try:
             _check_arguments(args)
             return super().make_context(info_name, args, parent, **extra)
         except click.ClickException as exc:
-            raise _escaped(exc) from exc.__cause__
+            raise self._error(exc) from exc.__cause__
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -41,7 +43,22 @@ class _Group(click.Group):
             except (OverflowError, UnicodeError) as exc:
                 raise click.ClickException(f"the input cannot be used: {exc}") from exc
         except click.ClickException as exc:
-            raise _escaped(exc) from exc.__cause__
+            raise self._error(exc) from exc.__cause__
+
+    def _error(self, exc: click.ClickException) -> click.ClickException:
+        return _JsonError(exc) if getattr(self, "_json", False) else _escaped(exc)
+
+
+class _JsonError(click.ClickException):
+    """An error of a command run with --json: ``{"error": ..., "exit_code": ...}`` on standard
+    output, so a script reads every answer as JSON; the exit status is the error's."""
+
+    def __init__(self, exc: click.ClickException) -> None:
+        super().__init__(exc.format_message())
+        self.exit_code = exc.exit_code  # type: ignore[misc]  # click declares it on the class
+
+    def show(self, file: Any = None) -> None:
+        click.echo(dumps({"error": self.message, "exit_code": self.exit_code}))
 
 
 def _escaped(exc: click.ClickException) -> click.ClickException:
