@@ -30,6 +30,7 @@ from store import (
     OutputCondensed,
     RunFinished,
     RunStarted,
+    SessionRewound,
     SQLiteStore,
     SummarizerInfo,
     SummarizerUsage,
@@ -39,7 +40,9 @@ from store import (
     UsageRecorded,
 )
 from store.events import summary_context_text
+from tests.test_cli_projections import run
 from tests.test_compaction import long_session
+from tests.test_ledger import Clock
 from turnlog.cli import cli
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import CallableSummarizer, SummaryRequest, SummaryResult
@@ -77,10 +80,10 @@ def prices(prices_file: Path) -> PriceTable:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    now = [DAY1]
-    monkeypatch.setattr("store.sqlite_append.now", lambda: now[0])
-    yield now
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr("store.sqlite_append.now", fake)
+    return fake
 
 
 def summary(
@@ -118,12 +121,12 @@ def condensed(target: str, input: int, output: int, name: str, model: str | None
     )
 
 
-def build_scenario(store: SQLiteStore, clock: list[str]) -> None:
+def build_scenario(store: SQLiteStore, clock: Clock) -> None:
     """s: run r1 (a tool output, the agent's gpt-4o call), then, after r1 finished, a summary by
     gpt-4o-mini, a reused summary, a zero-usage summary, a condensed output by local-llm (no model)
     and an unbilled one; day 2: run r2 with an agent call and a condensed output by gpt-4o-mini.
     t: one agent call, no summarizer."""
-    clock[0] = DAY1
+    clock.now = DAY1
     call = MessageAppended(
         role="assistant", content="", tool_calls=(ToolCall(id="c1", name="run_tests", arguments="{}"),)
     )
@@ -150,7 +153,7 @@ def build_scenario(store: SQLiteStore, clock: list[str]) -> None:
             condensed(output.event_id, 0, 0, "grep"),  # a custom handler: no model called
         ],
     )
-    clock[0] = DAY2
+    clock.now = DAY2
     store.append(
         "s",
         [
@@ -164,7 +167,7 @@ def build_scenario(store: SQLiteStore, clock: list[str]) -> None:
 
 
 @pytest.fixture
-def scenario(tmp_path: Path, clock: list[str]) -> Iterator[SQLiteStore]:
+def scenario(tmp_path: Path, clock: Clock) -> Iterator[SQLiteStore]:
     with SQLiteStore.open(tmp_path / "s.db") as store:
         build_scenario(store, clock)
         yield store
@@ -229,7 +232,7 @@ def test_every_grouping_includes_summarization_in_its_totals(
 
 
 def test_unpriced_summarizer_and_a_store_without_summaries(
-    scenario: SQLiteStore, tmp_path: Path, clock: list[str]
+    scenario: SQLiteStore, tmp_path: Path, clock: Clock
 ) -> None:
     only_4o = load_prices().model_copy(update={"models": {"gpt-4o": load_prices().models["gpt-4o"]}})
     report = audit(scenario, "s", prices=only_4o)
@@ -252,8 +255,15 @@ def test_t_alone_has_no_billed_rows(scenario: SQLiteStore, prices: PriceTable) -
     assert report.totals.calls == 1
 
 
+def test_a_rewind_does_not_refund_summarizer_spend(scenario: SQLiteStore, prices: PriceTable) -> None:
+    before = audit(scenario, "s", prices=prices).summarization
+    scenario.append("s", [SessionRewound(to_version=0, reason="delete")])
+    after = audit(scenario, "s", prices=prices)
+    assert after.summarization == before and after.summarization.calls == 4
+
+
 def test_incremental_equals_rebuild_and_an_old_ledger_is_rebuilt(
-    tmp_path: Path, clock: list[str], prices: PriceTable
+    tmp_path: Path, clock: Clock, prices: PriceTable
 ) -> None:
     with SQLiteStore.open(tmp_path / "r.db") as store:
         ledger = Materializer(store, [Ledger()])
@@ -327,17 +337,11 @@ def test_a_plain_callable_is_billed_under_its_name(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def db(tmp_path: Path, clock: list[str]) -> Path:
+def db(tmp_path: Path, clock: Clock) -> Path:
     path = tmp_path / "cli.db"
     with SQLiteStore.open(path, create=True) as store:
         build_scenario(store, clock)
     return path
-
-
-def run(runner: CliRunner, db: Path, *args: str) -> tuple[int, str]:
-    result = runner.invoke(cli, ["--db", str(db), *args])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result.exit_code, result.output
 
 
 def test_cli_json_carries_summarization(runner: CliRunner, db: Path, prices_file: Path) -> None:
