@@ -43,7 +43,6 @@ from store.events import summary_context_text
 from tests.test_cli_projections import run
 from tests.test_compaction import long_session
 from tests.test_ledger import Clock
-from turnlog.cli import cli
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import CallableSummarizer, SummaryRequest, SummaryResult
 
