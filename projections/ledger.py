@@ -1,39 +1,31 @@
-"""The token ledger: where tokens went and what they cost. It folds provider usage, the tokens each event
-adds to the log and the manifests of built contexts into small aggregate tables, and prices them.
+"""The token ledger: where tokens went and what they cost. It folds provider usage, the summarizers'
+usage, the tokens each event adds to the log and the manifests of built contexts into small aggregate
+tables, and prices them (projections.prices: the billing convention and the price tables).
 
-Billing convention: ``input_tokens`` of ``usage_recorded`` include the cached prompt tokens (cache reads
-and cache writes), as OpenAI reports them; so the cost of a call is
-
-    (input − cache_read − cache_write)·input_price + cache_read·cache_read_price
-    + cache_write·cache_write_price + output·output_price
-
-with prices in USD per million tokens. Reasoning tokens are part of the output tokens and are not billed
-again. Importers of providers that report input without the cached tokens (Anthropic) must add them."""
+Billed usage has a category: ``agent`` for the agent's own model calls (``usage_recorded``),
+``summarization`` for what turnlog's summarizers were billed (the ``usage`` of a ``summary_recorded``,
+the tokens of an ``output_condensed``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import sqlite3
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from importlib import resources
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from typing import Any, ClassVar, Literal, TypeVar
 
 from projections.materialize import Projection
+from projections.prices import ModelPrice, PriceTable, PriceTableError, load_prices
 from store import (
     ContextBuilt,
+    OutputCondensed,
     RecordedEvent,
     RunFinished,
     RunStarted,
     SQLiteStore,
     StoreError,
+    SummaryRecorded,
     UsageRecorded,
 )
-from store.events import describe_validation_error
 
 NONE = ""
 """Stored in a key column for "no run" or "no model" (key columns cannot be NULL); reported as None."""
@@ -41,109 +33,14 @@ NONE = ""
 OVERHEAD = "overhead"
 """The category of a context's tokens that no manifest entry holds (the reply priming)."""
 
+AGENT = "agent"
+"""The billed category of the agent's model calls (``usage_recorded``)."""
+
+SUMMARIZATION = "summarization"
+"""The billed category of summarizer calls (``summary_recorded`` with usage, ``output_condensed`` with
+tokens)."""
+
 Grouping = Literal["session", "run", "model", "day", "category"]
-
-
-# --- prices ----------------------------------------------------------------------------------
-
-
-class PriceTableError(StoreError):
-    """A price table file cannot be read or does not have the expected shape."""
-
-
-Price = Annotated[float, Field(ge=0)]
-
-
-class ModelPrice(BaseModel):
-    """What one model costs, in USD per million tokens."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    input: Price
-    """Uncached prompt tokens."""
-    output: Price
-    """Completion tokens (reasoning tokens included)."""
-    cache_read: Price
-    """Prompt tokens read from the provider's cache."""
-    cache_write: Price
-    """Prompt tokens written to the provider's cache (the input price where writes cost nothing extra)."""
-
-    def cost(self, input: int, output: int, cache_read: int, cache_write: int) -> float:
-        """USD for these tokens, under the module's convention (``input`` includes the cached ones)."""
-        uncached = max(0, input - cache_read - cache_write)
-        return (
-            uncached * self.input
-            + cache_read * self.cache_read
-            + cache_write * self.cache_write
-            + output * self.output
-        ) / 1_000_000
-
-
-class PriceTable(BaseModel):
-    """Prices per model, with the date they were taken and where from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    date: Annotated[str, StringConstraints(min_length=1)]
-    """When the prices were taken (they change: check them before relying on them)."""
-    source: Annotated[str, StringConstraints(min_length=1)]
-    """Where they come from."""
-    models: dict[Annotated[str, StringConstraints(min_length=1)], ModelPrice]
-    """Model name -> its prices (a name also prices its dated snapshots; ``name*`` prices every model
-    whose name starts with ``name``)."""
-
-    def price_for(self, model: str) -> ModelPrice | None:
-        """The model's prices: by exact name, else by the longest table key of which the name is a
-        dated or tagged snapshot (``gpt-4o-2024-08-06``, ``claude-3-5-haiku-20241022``,
-        ``gemini-2.5-pro-preview-06-05``, ``gpt-4o-latest`` -> the key); None when no key matches.
-        Another model that merely starts with a key (``o3-mini``, ``gemini-2.5-flash-lite``) is
-        not priced as that key: an unknown price is shown as such, never a wrong one. A key ending
-        in ``*`` (in a price file of your own) matches every name that starts with the rest."""
-        exact = self.models.get(model)
-        if exact is not None:
-            return exact
-        prefixes = [
-            key
-            for key in self.models
-            if (key.endswith("*") and model.startswith(key[:-1]))
-            or (model.startswith(key) and _SNAPSHOT.fullmatch(model[len(key) :]))
-        ]
-        return self.models[max(prefixes, key=len)] if prefixes else None
-
-
-# What may follow a model's name in the name of one of its snapshots: a date (2024-08-06, 20241022,
-# 06-05), a build number (001), or a release tag (latest, preview, exp), possibly combined.
-_SNAPSHOT = re.compile(r"(?:[-@](?:\d{4}-\d{2}-\d{2}|\d{8}|\d{2}-\d{2}|\d{3}|latest|preview|exp))+")
-
-
-def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
-    """The bundled price table (a dated snapshot of public list prices), or the one in a JSON file of the
-    same shape: ``{"date": ..., "source": ..., "models": {name: {"input", "output", "cache_read",
-    "cache_write"}}}``, USD per million tokens. Raises PriceTableError naming the problem."""
-    if path is None:
-        where = "the bundled price table"
-        text = resources.files("projections").joinpath("data/prices.json").read_text(encoding="utf-8")
-    else:
-        where = f"price table {os.fspath(path)}"
-        try:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PriceTableError(f"cannot read {where}: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PriceTableError(
-            f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
-    try:
-        return PriceTable.model_validate(data)
-    except ValidationError as exc:
-        raise PriceTableError(
-            f"{where} is malformed: {describe_validation_error(exc)}; expected "
-            '{"date": ..., "source": ..., "models": {"<model>": {"input": ..., "output": ..., '
-            '"cache_read": ..., "cache_write": ...}}} in USD per million tokens'
-        ) from None
 
 
 # --- the projection --------------------------------------------------------------------------
@@ -152,19 +49,25 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
 class Ledger(Projection):
     """Aggregates, each keyed by session first so one session's audit reads a key range:
 
-    - ``ledger_usage``: provider-billed tokens per session, run, model and day;
+    - ``ledger_usage``: provider-billed tokens per session, run, model, day and billed category
+      (``agent``, ``summarization``);
     - ``ledger_appended``: tokens added to the log per session, run, day and event type;
     - ``ledger_sent``: manifest tokens per session, run, model, day and category;
     - ``ledger_contexts``: built contexts and their total tokens per session, run, model and day;
     - ``ledger_runs``: state, the run open in each session.
 
     The run of a usage or a context is the event's own ``run_id``, else the run open in its session;
-    the run of an appended event is the run open in its session (a ``run_started`` and its
-    ``run_finished`` belong to their run). A ``run_started`` while another run is open replaces it;
-    a ``run_finished`` for a run that is not the open one changes nothing."""
+    the run of an appended event, a summary or a condensed output is the run open in its session (a
+    ``run_started`` and its ``run_finished`` belong to their run). A ``run_started`` while another run
+    is open replaces it; a ``run_finished`` for a run that is not the open one changes nothing.
+
+    A summarizer call is billed under its model, or the summarizer's name when it names no model. A
+    summary with no usage (a reused one, or one made without a model) and a condensed output with no
+    tokens were not billed: they add nothing. Like the agent's usage, spend stays in the ledger when
+    a rewind or a removal takes the events that caused it out of the context: it was paid."""
 
     name: ClassVar[str] = "ledger"
-    version: ClassVar[int] = 1
+    version: ClassVar[int] = 2  # 2: ledger_usage has a category (summarizer spend)
     tables: ClassVar[tuple[str, ...]] = (
         "ledger_usage",
         "ledger_appended",
@@ -181,13 +84,14 @@ class Ledger(Projection):
                 run_id TEXT NOT NULL,            -- '' when none
                 model TEXT NOT NULL,
                 day TEXT NOT NULL,               -- recorded_at[:10], UTC
+                category TEXT NOT NULL,          -- 'agent' or 'summarization'
                 calls INTEGER NOT NULL,
                 input INTEGER NOT NULL,          -- includes cache_read and cache_write
                 output INTEGER NOT NULL,         -- includes reasoning
                 cache_read INTEGER NOT NULL,
                 cache_write INTEGER NOT NULL,
                 reasoning INTEGER NOT NULL,
-                PRIMARY KEY (session_id, run_id, model, day)
+                PRIMARY KEY (session_id, run_id, model, day, category)
             ) STRICT, WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS {schema}.ledger_appended (
                 session_id TEXT NOT NULL,
@@ -254,7 +158,7 @@ class Ledger(Projection):
             elif isinstance(event, UsageRecorded):
                 _add(
                     usage,
-                    (sid, event.run_id or run, event.model, day),
+                    (sid, event.run_id or run, event.model, day, AGENT),
                     1,
                     event.input_tokens,
                     event.output_tokens,
@@ -262,6 +166,9 @@ class Ledger(Projection):
                     event.cache_write_tokens,
                     event.reasoning_tokens,
                 )
+            elif (bill := _summarizer_bill(event)) is not None:
+                model, input, output = bill
+                _add(usage, (sid, run, model, day, SUMMARIZATION), 1, input, output, 0, 0, 0)
             elif isinstance(event, ContextBuilt):
                 key = (sid, event.run_id or run, event.model or NONE, day)
                 _add(contexts, key, 1, event.total_tokens)
@@ -294,18 +201,33 @@ class Ledger(Projection):
         )
 
 
+def _summarizer_bill(event: object) -> tuple[str, int, int] | None:
+    """(model, input, output) a summarizer was billed for this event, None when it was not billed:
+    the model is the summarizer's, else its name (a price file can price that name)."""
+    if isinstance(event, SummaryRecorded) and event.usage is not None:
+        return (
+            event.summarizer.model or event.summarizer.name,
+            event.usage.input_tokens,
+            event.usage.output_tokens,
+        )
+    if isinstance(event, OutputCondensed) and (event.input_tokens or event.output_tokens):
+        return (event.condenser.model or event.condenser.name, event.input_tokens, event.output_tokens)
+    return None
+
+
 # --- the audit -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class AuditRow:
     """Tokens and cost of one group. A column the grouping cannot fill is None (appended tokens have
-    no model; the category view has only sent tokens and contexts)."""
+    no model; in the category view a billed category, ``agent`` or ``summarization``, has only the
+    billed columns and cost, and a manifest category only sent tokens and contexts)."""
 
     key: str | None
     """The session, run, model, day or category; None for "no run" or "no model" (and for totals)."""
     calls: int | None
-    """Model calls (``usage_recorded`` events)."""
+    """Model calls: ``usage_recorded`` events and summarizer calls that were billed."""
     input: int | None
     """Billed prompt tokens, cached ones included."""
     output: int | None
@@ -335,9 +257,14 @@ class AuditReport:
     session_id: str | None
     """The session audited; None for the whole store."""
     rows: tuple[AuditRow, ...]
-    """One per group, ordered by key (None last; categories in their fixed order)."""
+    """One per group, ordered by key (None last). The category view lists the manifest categories in
+    their fixed order, after the billed categories ``agent`` and ``summarization`` when any
+    summarizer call was billed (else every billed token is the agent's and the totals say so)."""
     totals: AuditRow
     """Every column over all the audited events (key None)."""
+    summarization: AuditRow
+    """The part of the totals' billed columns and cost that summarizer calls were billed (key
+    ``summarization``; appended, sent and contexts None); zero calls when none was billed."""
     unknown_models: tuple[str, ...]
     """Billed models the price table has no price for: their cost is None."""
     prices_date: str
@@ -347,7 +274,10 @@ class AuditReport:
 
 
 CATEGORIES = ("system", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
-"""The order of the category view."""
+"""The order of the category view's manifest categories."""
+
+BILLED_CATEGORIES = (AGENT, SUMMARIZATION)
+"""The order of the category view's billed categories."""
 
 _DIMENSIONS: dict[str, str] = {"session": "session_id", "run": "run_id", "model": "model", "day": "day"}
 
@@ -375,7 +305,9 @@ def audit(
     where, params = ("WHERE session_id = ?", (session_id,)) if session_id is not None else ("", ())
     unknown: set[str] = set()
     with store.reading() as conn:
-        totals = _gather(conn, None, where, params, table, unknown)[None]
+        totals = _gather(conn, None, where, params, table, unknown, always=(None,))[None]
+        billed = _gather(conn, "category", where, params, table, unknown, always=BILLED_CATEGORIES)
+        summarization = billed[SUMMARIZATION]
         if by == "category":
             found = {
                 category: _sent_only(category, tokens, contexts)
@@ -386,6 +318,8 @@ def audit(
             }
             order = [c for c in CATEGORIES if c in found] + sorted(set(found) - set(CATEGORIES))
             rows = tuple(found[c] for c in order)
+            if summarization.calls:
+                rows = tuple(billed[c] for c in BILLED_CATEGORIES) + rows
         else:
             grouped = _gather(conn, _DIMENSIONS[by], where, params, table, unknown)
             rows = tuple(grouped[k] for k in sorted(grouped, key=lambda k: (k is None, k or "")))
@@ -394,6 +328,7 @@ def audit(
         session_id=session_id,
         rows=rows,
         totals=totals,
+        summarization=summarization,
         unknown_models=tuple(sorted(unknown)),
         prices_date=table.date,
         prices_source=table.source,
@@ -407,9 +342,12 @@ def _gather(
     params: tuple[Any, ...],
     prices: PriceTable,
     unknown: set[str],
+    always: tuple[str | None, ...] = (),
 ) -> dict[str | None, AuditRow]:
-    """Rows keyed by ``dimension`` (None: one row of totals, keyed None)."""
+    """Rows keyed by ``dimension`` (None: one row of totals, keyed None), and a row of zeros for each
+    key of ``always`` that has none. By ``category`` (the billed category), only the billed columns."""
     group = dimension or "NULL"
+    billed_only = dimension == "category"  # appended and sent tokens have no billed category
     usage: dict[str | None, list[int]] = {}
     costs: dict[str | None, float | None] = {}
     for key, model, *sums in conn.execute(
@@ -430,21 +368,20 @@ def _gather(
                 None if before is None else before + price.cost(input, output, cache_read, cache_write)
             )
     appended: dict[str | None, int] = {}
-    if dimension != "model":  # appended events have no model
+    if dimension != "model" and not billed_only:  # appended events have no model
         for key, tokens in conn.execute(
             f"SELECT {group}, sum(tokens) FROM ledger_appended {where} GROUP BY {group}", params
         ):
             appended[key or None] = tokens
     sent: dict[str | None, list[int]] = {}
-    for key, contexts, tokens in conn.execute(
-        f"SELECT {group}, sum(contexts), sum(tokens) FROM ledger_contexts {where} GROUP BY {group}", params
-    ):
-        sent[key or None] = [contexts, tokens]
+    if not billed_only:
+        for key, contexts, tokens in conn.execute(
+            f"SELECT {group}, sum(contexts), sum(tokens) FROM ledger_contexts {where} GROUP BY {group}",
+            params,
+        ):
+            sent[key or None] = [contexts, tokens]
     rows = {}
-    keys = set(usage) | set(appended) | set(sent)
-    if dimension is None:
-        keys.add(None)  # totals exist even for an empty ledger
-    for key in keys:
+    for key in set(usage) | set(appended) | set(sent) | set(always):
         calls, input, output, cache_read, cache_write, reasoning = usage.get(key, [0] * len(_USAGE_SUMS))
         contexts, tokens = sent.get(key, [0, 0])
         rows[key] = AuditRow(
@@ -455,9 +392,9 @@ def _gather(
             cache_read=cache_read,
             cache_write=cache_write,
             reasoning=reasoning,
-            appended=None if dimension == "model" else appended.get(key, 0),
-            sent=tokens,
-            contexts=contexts,
+            appended=None if dimension == "model" or billed_only else appended.get(key, 0),
+            sent=None if billed_only else tokens,
+            contexts=None if billed_only else contexts,
             cost=costs.get(key, 0.0),
         )
     return rows
@@ -479,7 +416,7 @@ def _sent_only(category: str, tokens: int, contexts: int) -> AuditRow:
     )
 
 
-_USAGE_KEY = ("session_id", "run_id", "model", "day")
+_USAGE_KEY = ("session_id", "run_id", "model", "day", "category")
 _USAGE_SUMS = ("calls", "input", "output", "cache_read", "cache_write", "reasoning")
 _CONTEXT_KEY = ("session_id", "run_id", "model", "day")
 
@@ -511,3 +448,22 @@ def _upsert(
         + ", ".join(f"{name} = {name} + excluded.{name}" for name in sums),
         [(*key, *values) for key, values in rows.items()],
     )
+
+
+__all__ = [
+    "AGENT",
+    "BILLED_CATEGORIES",
+    "CATEGORIES",
+    "NONE",
+    "OVERHEAD",
+    "SUMMARIZATION",
+    "AuditReport",
+    "AuditRow",
+    "Grouping",
+    "Ledger",
+    "ModelPrice",
+    "PriceTable",
+    "PriceTableError",
+    "audit",
+    "load_prices",
+]

@@ -13,6 +13,7 @@ from projections.live_index import dead_ranges, is_dead
 from projections.registry import all_projections, materializer
 from store import (
     ArtifactWritten,
+    CondenserInfo,
     ContextBuilt,
     ForkPoint,
     ManifestEntry,
@@ -20,21 +21,32 @@ from store import (
     MessagePinned,
     MessageRemoved,
     MessageUnpinned,
+    OutputCondensed,
     Pin,
     RunFinished,
     RunStarted,
     SessionRewound,
     SessionStarted,
     SQLiteStore,
+    SummarizerInfo,
+    SummarizerUsage,
+    SummaryRecorded,
     TodoItem,
     TodosUpdated,
     ToolCall,
     ToolReturned,
     UsageRecorded,
 )
+from store.events import summary_context_text
+from store.tokenizer import load_tokenizer
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
 BIG = st.integers(0, 3000).map(lambda n: "output line\n" * n)
+TOKENIZER = load_tokenizer()
+SUMMARIZER_USAGE = st.one_of(
+    st.none(),
+    st.builds(SummarizerUsage, input_tokens=st.integers(0, 5000), output_tokens=st.integers(0, 500)),
+)
 
 
 @st.composite
@@ -43,6 +55,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
     sessions = ["a", "b", "c"][: draw(st.integers(1, 3))]
     messages: dict[str, list[str]] = {s: [] for s in sessions}
     open_calls: dict[str, list[str]] = {s: [] for s in sessions}
+    outputs: dict[str, list[str]] = {s: [] for s in sessions}
     runs: dict[str, str | None] = {s: None for s in sessions}
     started: set[str] = set()
     heads: dict[str, int] = {s: 0 for s in sessions}
@@ -55,7 +68,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
             at = draw(st.integers(1, heads[parent]))
             child = f"fork{len(sessions)}"
             sessions.append(child)
-            messages[child], open_calls[child], runs[child] = [], [], None
+            messages[child], open_calls[child], outputs[child], runs[child] = [], [], [], None
             started.add(child)
             heads[child] = at + 1
             batches.append((child, [SessionStarted(parent=ForkPoint(session_id=parent, version=at))]))
@@ -83,6 +96,8 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                         "ctx",
                         "rewind",
                         "remove",
+                        "summary",
+                        "condense",
                     ]
                 )
             )
@@ -102,7 +117,9 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                 batch.append(event)
             elif kind == "return":
                 call_id = open_calls[sid].pop() if open_calls[sid] else "orphan"
-                batch.append(ToolReturned(tool_call_id=call_id, tool_name="f", content=draw(BIG)))
+                returned = ToolReturned(tool_call_id=call_id, tool_name="f", content=draw(BIG))
+                outputs[sid].append(returned.event_id)
+                batch.append(returned)
             elif kind == "todos":
                 n = draw(st.integers(0, 3))
                 batch.append(
@@ -145,6 +162,38 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                 to = draw(st.integers(0, heads[sid] + len(batch)))
                 batch.append(
                     SessionRewound(to_version=to, reason=draw(st.sampled_from(["pop", "time_travel"])))
+                )
+            elif kind == "summary" and heads[sid] + len(batch) > 0:
+                last = draw(st.integers(1, heads[sid] + len(batch)))
+                first = draw(st.integers(1, last))
+                text = draw(TEXT.filter(str.strip))
+                batch.append(
+                    SummaryRecorded(
+                        first_version=first,
+                        last_version=last,
+                        level=0,
+                        text=text,
+                        tokens=TOKENIZER.count(summary_context_text(first, last, text)),
+                        summarizer=SummarizerInfo(
+                            name="s", model=draw(st.sampled_from([None, "gpt-4o-mini"]))
+                        ),
+                        usage=draw(SUMMARIZER_USAGE),
+                        key="a" * 64,
+                    )
+                )
+            elif kind == "condense" and outputs[sid]:
+                batch.append(
+                    OutputCondensed(
+                        target_event_id=draw(st.sampled_from(outputs[sid])),
+                        condenser=CondenserInfo(
+                            mode="auto", name="c", model=draw(st.sampled_from([None, "gpt-4o-mini"]))
+                        ),
+                        text=draw(TEXT.filter(str.strip)),
+                        source_tokens=draw(st.integers(0, 5000)),
+                        input_tokens=draw(st.integers(0, 3000)),
+                        output_tokens=draw(st.integers(0, 300)),
+                        key="b" * 64,
+                    )
                 )
             elif kind == "remove" and messages[sid]:
                 targets = draw(st.lists(st.sampled_from(messages[sid]), min_size=1, max_size=2, unique=True))

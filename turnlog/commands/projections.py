@@ -12,7 +12,7 @@ import click
 from projections.artifacts import artifact_index, list_artifacts, read_artifact
 from projections.capping import MIN_CAP
 from projections.context import ContextPolicy, build_context
-from projections.ledger import audit, load_prices
+from projections.ledger import AuditReport, audit, load_prices
 from projections.todos import current_todos, render_checklist, todo_history
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
@@ -271,7 +271,8 @@ def todos(ctx: _Context, session: str, at: int | None, history: bool, source: An
 @json_option
 @pass_ctx
 def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_json: bool) -> None:
-    """Where the tokens went: billed usage, tokens appended, tokens sent per category, and cost.
+    """Where the tokens went: billed usage (the agent's model calls and turnlog's summarizer calls),
+    tokens appended, tokens sent per category, and cost.
 
     \b
     Examples:
@@ -290,22 +291,45 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
                 "session_id": report.session_id,
                 "rows": rows[:-1],
                 "totals": rows[-1],
+                "summarization": dataclasses.asdict(report.summarization),
                 "unknown_models": list(report.unknown_models),
                 "prices": {"date": report.prices_date, "source": report.prices_source},
             },
             as_json=True,
         )
         return
+    emit(
+        rows,
+        as_json=False,
+        text=_audit_text(report, rows, "--prices file" if prices else "the bundled table"),
+    )
+
+
+def _audit_text(report: AuditReport, rows: list[dict[str, Any]], origin: str) -> str:
+    by = report.by
     for row in rows:
         row[by] = row.pop("key") if row["key"] is not None else "-"
-        row["cost"] = "" if row["cost"] is None else f"${row['cost']:.4f}"
-    columns = [by, "calls", "input", "output", "cache_read", "reasoning", "appended", "sent", "cost"]
-    if by == "category":
-        columns = [by, "contexts", "sent"]
+        row["cost"] = _usd(row["cost"])
+    billed = ["calls", "input", "output", "cache_read", "reasoning"]
+    columns = [by, *billed, "appended", "sent", "cost"]
+    spent = report.summarization
+    if by == "category":  # billed categories are listed when summarizers were billed
+        columns = [by, *billed, "contexts", "sent", "cost"] if spent.calls else [by, "contexts", "sent"]
     text = table(rows, columns)
-    if by != "category":
-        origin = "--prices file" if prices else "the bundled table"
+    if by != "category" or spent.calls:
         text += f"\n(cost: USD, prices of {report.prices_date} from {origin})"
+    if spent.calls:
+        text += (
+            f"\nsummarization: {spent.calls:,} summarizer call{'s' if spent.calls != 1 else ''}, "
+            f"{spent.input or 0:,} input + {spent.output or 0:,} output tokens, "
+            f"{_usd(spent.cost) or 'cost unknown'} of {_usd(report.totals.cost) or 'an unknown total'}"
+        )
+        if spent.cost is not None and report.totals.cost:
+            text += f" ({spent.cost / report.totals.cost:.1%})"
     if report.unknown_models:
         text += "\nno price for: " + ", ".join(report.unknown_models)
-    emit(rows, as_json=False, text=text)
+    return text
+
+
+def _usd(cost: float | None) -> str:
+    return "" if cost is None else f"${cost:.4f}"
