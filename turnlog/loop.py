@@ -32,7 +32,7 @@ from store import (
     StoreError,
     ToolReturned,
 )
-from turnlog.compaction import CompactionResult, compact
+from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
 from turnlog.summarizers import Summarizer, SummaryRequest, TranscriptItem, as_summarizer
 
@@ -172,7 +172,12 @@ def finish(
         context_policy = ContextPolicy(
             budget=effective.budget, max_tool_tokens=effective.max_tool_tokens or DEFAULT_TOOL_CAP
         )
-        report.compaction = compact(store, session_id, context_policy, summarizer)
+        options = (
+            CompactionOptions()
+            if effective.keep_last is None
+            else CompactionOptions(keep_last=effective.keep_last)
+        )
+        report.compaction = compact(store, session_id, context_policy, summarizer, options=options)
         report.appended += report.compaction.appended
     except Exception as exc:  # a summarizer (a user's callable too) must not lose the run
         _fail(store, session_id, report, "run_end", name, _one_line(exc), run_id)
@@ -207,6 +212,8 @@ def condense_outputs(
             name = handlers.summarizer.info.name
         if any(v.mode == kind and v.name == name for v in done.get(record.event_id, ())):
             continue  # made before (by this run's append, or an earlier attempt)
+        if any(f.target_event_id == record.event_id for f in report.failures):
+            continue  # failed a moment ago, in this same pass: recorded once
         try:
             made.append(_condense(store, session_id, record, event, kind, name, tokens, handlers, policy))
         except Exception as exc:  # a user's callable may raise anything: it must not lose the run

@@ -94,10 +94,19 @@ def at_option(help: str = "As of this log position.") -> Callable[[F], F]:
     return click.option("--at", type=int_range(1), help=help)
 
 
-def max_tool_tokens_option(help: str) -> Callable[[F], F]:
-    """The shared ``--max-tool-tokens`` option of commands that build contexts."""
+def max_tool_tokens_option(help: str, *, policy: bool = False) -> Callable[[F], F]:
+    """The shared ``--max-tool-tokens`` option of commands that build contexts (``policy``: unset
+    means the session policy's cap, else 1000)."""
     from projections.capping import MIN_CAP
 
+    if policy:
+        return click.option(
+            "--max-tool-tokens",
+            type=tokens_range(MIN_CAP),
+            default=None,
+            show_default="the session policy's, else 1000",
+            help=help,
+        )
     return click.option(
         "--max-tool-tokens", type=tokens_range(MIN_CAP), default=1000, show_default=True, help=help
     )

@@ -3,6 +3,7 @@ report after a CLI append that finished a run."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,7 +13,10 @@ from store import RecordedEvent, SessionPolicy, SQLiteStore
 from store.events_policy import check_output_mode
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.config import BUILT_IN, ConfigError, load_config
-from turnlog.output import echo, emit, json_option, tokens_range
+from turnlog.output import echo, emit, int_range, json_option, tokens_range
+
+DEFAULT_TOOL_CAP = 1000
+"""The tool output cap of a context when neither the command nor the policy sets one."""
 
 if TYPE_CHECKING:
     _ParamType = click.ParamType[tuple[str, str]]
@@ -71,6 +75,9 @@ def as_modes(pairs: Sequence[tuple[str, str]]) -> dict[str, str] | None:
     help=f"{BUILT_IN} (built in) or a [summarizers.NAME] of the local configuration ($TURNLOG_CONFIG).",
 )
 @click.option("--max-tool-tokens", type=tokens_range(16), help="Threshold and inline cap of a tool output.")
+@click.option(
+    "--keep-last", type=int_range(0, 1_000_000), help="Newest messages run-end compaction keeps raw (20)."
+)
 @modes_option(
     "TOOL=MODE, repeatable: simple (cap), auto (a summary by the summarizer) or custom:NAME (a "
     "[custom.NAME] of the local configuration); TOOL 'default' for every tool not named."
@@ -90,6 +97,7 @@ def policy(
     compact_on_run_end: bool | None,
     summarizer: str | None,
     max_tool_tokens: int | None,
+    keep_last: int | None,
     tool_modes: tuple[tuple[str, str], ...],
     condense_at: str | None,
     reset: bool,
@@ -115,6 +123,7 @@ def policy(
         "compact_on_run_end": compact_on_run_end,
         "summarizer": summarizer,
         "max_tool_tokens": max_tool_tokens,
+        "keep_last": keep_last,
         "tool_output_modes": as_modes(tool_modes),
         "condense_at": condense_at,
     }
@@ -153,6 +162,7 @@ def _text(policy: SessionPolicy) -> str:
         f"compact on run end: {'yes' if policy.compact_on_run_end else 'no'}",
         f"summarizer:         {policy.summarizer or BUILT_IN + ' (default)'}",
         f"max tool tokens:    {policy.max_tool_tokens or '(default)'}",
+        f"keep last:          {'(default)' if policy.keep_last is None else policy.keep_last}",
         f"condense at:        {policy.condense_at or 'append (default)'}",
         "tool output modes:  "
         + (", ".join(f"{tool}={mode}" for tool, mode in modes.items()) or "(all simple)"),
@@ -181,27 +191,34 @@ def _warn_unknown_names(policy: SessionPolicy) -> None:
         )
 
 
-def policy_budget(store: SQLiteStore, session: str, budget: int | None) -> int:
-    """``--budget`` when given, else the budget of the session's policy."""
-    if budget is not None:
-        return budget
+def policy_defaults(
+    store: SQLiteStore, session: str, budget: int | None, max_tool_tokens: int | None
+) -> tuple[int, int]:
+    """``--budget`` and ``--max-tool-tokens`` when given, else the session policy's (the cap: 1000
+    when the policy sets none either)."""
+    if budget is not None and max_tool_tokens is not None:
+        return budget, max_tool_tokens
     from projections.runtime import session_policy
 
     store.require_session(session)
-    stored = session_policy(store, session).budget
-    if stored is None:
+    stored = session_policy(store, session)
+    budget = budget if budget is not None else stored.budget
+    if budget is None:
         raise click.UsageError(
             f"--budget is required: session {session!r} has no policy budget "
             f"(set one with `turnlog policy {session} --budget N`)"
         )
-    return stored
+    cap = max_tool_tokens if max_tool_tokens is not None else stored.max_tool_tokens
+    return budget, cap if cap is not None else DEFAULT_TOOL_CAP
 
 
 def report_loop(store: SQLiteStore, session: str, records: Sequence[RecordedEvent]) -> None:
     """After a CLI append: the loop's work (run-end compaction, condensed outputs); its failures are
     recorded as events and said on standard error (the append itself stands)."""
-    from turnlog.loop import after_commit
+    from turnlog.loop import after_commit, log
 
+    if not log.handlers:  # the warnings below say it once, in the CLI's own words
+        log.addHandler(logging.NullHandler())
     report = after_commit(store, session, records)
     for line in report.errors:
         echo(f"warning: {line} (the appended events are stored; see `turnlog log {session}`)", err=True)

@@ -16,7 +16,7 @@ from projections.ledger import AuditReport, audit, load_prices
 from projections.todos import current_todos, render_checklist, todo_history
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
-from turnlog.commands.policy import as_modes, modes_option, policy_budget
+from turnlog.commands.policy import as_modes, modes_option, policy_defaults
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -39,7 +39,7 @@ from turnlog.output import (
     type=tokens_range(1),
     help="Prompt tokens, all included (default: the budget of the session's policy).",
 )
-@max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).")
+@max_tool_tokens_option("Inline cap per tool output (the rest stays fetchable as an artifact).", policy=True)
 @click.option(
     "--max-message-tokens",
     type=tokens_range(MIN_CAP),
@@ -69,7 +69,7 @@ def context(
     ctx: _Context,
     session: str,
     budget: int | None,
-    max_tool_tokens: int,
+    max_tool_tokens: int | None,
     max_message_tokens: int,
     fmt: str,
     at: int | None,
@@ -90,8 +90,9 @@ def context(
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
     """
     with ctx.open() if record else ctx.read() as store:
+        budget, max_tool_tokens = policy_defaults(store, session, budget, max_tool_tokens)
         policy = ContextPolicy(
-            budget=policy_budget(store, session, budget),
+            budget=budget,
             max_tool_tokens=max_tool_tokens,
             max_message_tokens=max_message_tokens,
             format=fmt,
