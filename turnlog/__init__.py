@@ -2,8 +2,9 @@
 
 ``import turnlog`` gives the public API: open a store, append events, read them back, import
 transcripts, record an agent loop (``session``, ``SessionRecorder``), build the model's context
-(``build_context``, ``ContextPolicy``, ``ContextBudgetError``) and serve the agent-facing tool
-(``turnlog.tool``, ``call_tool``, ``invoke_tool``, ``tool_definition``). Everything else (context,
+(``build_context``, ``ContextPolicy``, ``ContextBudgetError``), serve the agent-facing tool
+(``turnlog.tool``, ``call_tool``, ``invoke_tool``, ``tool_definition``) and run the session policy's
+work after commits (``set_policy``, ``get_policy``, ``after_commit``, ``Handlers``). Everything else (context,
 artifacts, todos, the ledger) is a projection of the log.
 """
 
@@ -34,6 +35,8 @@ from turnlog.recorder import SessionRecorder, session
 if TYPE_CHECKING:
     from projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog import tool
+    from turnlog.config import load_config
+    from turnlog.loop import Handlers, LoopReport, after_commit, get_policy, set_policy
     from turnlog.tool import ToolResult, tool_definition
     from turnlog.tool import call as call_tool
     from turnlog.tool import invoke as invoke_tool
@@ -50,6 +53,12 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "call_tool": ("turnlog.tool", "call"),
     "invoke_tool": ("turnlog.tool", "invoke"),
     "tool_definition": ("turnlog.tool", "tool_definition"),
+    "Handlers": ("turnlog.loop", "Handlers"),
+    "LoopReport": ("turnlog.loop", "LoopReport"),
+    "after_commit": ("turnlog.loop", "after_commit"),
+    "get_policy": ("turnlog.loop", "get_policy"),
+    "set_policy": ("turnlog.loop", "set_policy"),
+    "load_config": ("turnlog.config", "load_config"),
 }
 
 
@@ -101,9 +110,12 @@ __all__ = [
     "ContextBudgetError",
     "ContextPolicy",
     "Conversation",
+    "Handlers",
+    "LoopReport",
     "ImportResult",
     "SessionRecorder",
     "ToolResult",
+    "after_commit",
     "build_context",
     "call_tool",
     "compact",
@@ -111,14 +123,17 @@ __all__ = [
     "export_jsonl",
     "export_openai",
     "export_sessions",
+    "get_policy",
     "import_conversations",
     "import_file",
     "invoke_tool",
+    "load_config",
     "open_store",
     "parse_jsonl",
     "parse_openai",
     "parse_pydantic_ai",
     "session",
+    "set_policy",
     "tool",
     "tool_definition",
 ]
