@@ -27,7 +27,7 @@ FILL_MIN = 48
 
 Format = Literal["openai", "anthropic", "text"]
 Mode = Literal["full", "capped", "synthesized", "notice", "summary"]
-Category = Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
+Category = Literal["system", "index", "pinned", "summary", "tool_output", "message", "notice"]
 
 
 class ContextBudgetError(StoreError):
@@ -51,6 +51,10 @@ class ContextPolicy(BaseModel):
     """Cap tool outputs of the run still open too (by default they are shown whole if they fit)."""
     fill: bool = True
     """Use leftover budget for the next older message, capped to fit."""
+    index: bool = True
+    """When the session has artifacts, show their index (one line each, full contents fetched on
+    demand) right after the system messages: within 32,768 characters and half the budget, kept
+    before older messages."""
 
 
 @dataclass(slots=True)

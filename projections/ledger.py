@@ -346,7 +346,7 @@ class AuditReport:
     """Where its prices come from."""
 
 
-CATEGORIES = ("system", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
+CATEGORIES = ("system", "index", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
 """The order of the category view."""
 
 _DIMENSIONS: dict[str, str] = {"session": "session_id", "run": "run_id", "model": "model", "day": "day"}

@@ -290,8 +290,9 @@ class ManifestEntry(ValueModel):
     """Its role in the chat format."""
     mode: Literal["full", "capped", "synthesized", "notice", "summary"]
     """How it is shown: whole, capped by tokens, made up by the projection, a notice, a summary."""
-    category: Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
-    """What kind of tokens it spends (the token audit groups by this)."""
+    category: Literal["system", "index", "pinned", "summary", "tool_output", "message", "notice"]
+    """What kind of tokens it spends (the token audit groups by this); ``index`` is the artifact
+    index a context shows after its system messages."""
     tokens: NonNegative
     """Its tokens, including the chat format's per-message overhead."""
 
