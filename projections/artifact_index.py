@@ -28,6 +28,14 @@ def is_own_output(info: ArtifactInfo) -> bool:
     return info.kind == "tool_output" and info.name.startswith(f"{AGENT_TOOL} output ")
 
 
+def index_header(session_id: str, count: int, at: int | None = None) -> str:
+    """The first line of a session's index (``at``: the position it is as of, when not now)."""
+    when = "" if at is None else f" as of position {at:,}"
+    if not count:
+        return f"Artifacts of session {session_id}{when} (0): none"
+    return f"Artifacts of session {session_id}{when} ({count:,}): fetch one with its id"
+
+
 def index_entries(infos: Iterable[ArtifactInfo], *, latest_only: bool = False) -> list[str]:
     """One line per artifact write, sorted by name (plain code-point order) then log position.
 
@@ -77,9 +85,9 @@ def cap_entries(
     return text(low), low
 
 
-def chars_omitted(max_chars: int) -> Callable[[int], str]:
-    """The closing line of an index cut at ``max_chars`` characters."""
-    return lambda count: f"… {count:,} more not listed (index capped at {max_chars:,} characters)"
+def chars_omitted(max_chars: int, then: str = "") -> Callable[[int], str]:
+    """The closing line of an index cut at ``max_chars`` characters (``then`` follows it)."""
+    return lambda count: f"… {count:,} more not listed (index capped at {max_chars:,} characters){then}"
 
 
 def within_chars(max_chars: int) -> Callable[[str], bool]:
@@ -107,6 +115,7 @@ __all__ = [
     "code_span",
     "collapse",
     "index_entries",
+    "index_header",
     "is_own_output",
     "within_chars",
 ]

@@ -16,6 +16,7 @@ from projections.artifact_index import (
     cap_entries,
     chars_omitted,
     index_entries,
+    index_header,
     within_chars,
 )
 from projections.capping import MIN_CAP, cap_text
@@ -242,11 +243,7 @@ def artifact_index(
     if isinstance(max_chars, bool) or not isinstance(max_chars, int):
         raise InvalidArgumentError(f"max_chars must be an integer, not {max_chars!r}")
     infos = list_artifacts(store, session_id, at)
-    when = "" if at is None else f" as of position {at:,}"
-    if not infos:
-        header = f"Artifacts of session {session_id}{when} (0): none"
-    else:
-        header = f"Artifacts of session {session_id}{when} ({len(infos):,}): fetch one with its id"
+    header = index_header(session_id, len(infos), at)
     entries = index_entries(infos)
     capped = cap_entries(header, entries, within_chars(max_chars), chars_omitted(max_chars))
     if capped is None:

@@ -8,9 +8,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from projections.artifact_index import AGENT_TOOL
 from turnlog.tool.inputs import INPUTS, METHODS
 
-TOOL_NAME = "turnlog"
+TOOL_NAME = AGENT_TOOL
 """The tool's name, in provider schemas and in the log's records of its calls."""
 
 
