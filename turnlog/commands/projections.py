@@ -21,6 +21,7 @@ from turnlog.output import (
     check_json_depth,
     echo,
     emit,
+    index_option,
     int_range,
     json_option,
     max_tool_tokens_option,
@@ -52,6 +53,7 @@ from turnlog.output import (
 )
 @at_option("Build it as of this log position (replay).")
 @click.option("--cap-open-run", is_flag=True, help="Cap tool outputs of the open run too.")
+@index_option()
 @click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
 @click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
 @json_option
@@ -65,19 +67,22 @@ def context(
     fmt: str,
     at: int | None,
     cap_open_run: bool,
+    index: bool,
     manifest: bool,
     record: bool,
     as_json: bool,
 ) -> None:
     """Build the context to send to the model for SESSION under a token budget.
 
-    System messages, the first user message and pinned messages are always kept; then the newest
+    System messages, the first user message and pinned messages are always kept; then, when the
+    session has artifacts, their index (one line each; at most half the budget); then the newest
     messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
     anthropic formats print JSON; text is for people.
 
     \b
-    Example:
+    Examples:
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
+      turnlog context chat-1 --budget 8000 --format text --no-index
     """
     policy = ContextPolicy(
         budget=budget,
@@ -85,6 +90,7 @@ def context(
         max_message_tokens=max_message_tokens,
         format=fmt,
         cap_open_run=cap_open_run,
+        index=index,
     )
     with ctx.open() if record else ctx.read() as store:
         built = build_context(store, session, policy, at=at, record=record)
