@@ -310,6 +310,10 @@ class ContextBuilder(ContextReader):
         blocks: list[Block] = []
         for row in retained_rows:
             blocks.append(Block("retained", row.version, row.version, self._estimate(row), 1))
+        # The artifact index is kept before older messages too: a block of its own, at version 0.
+        index = self._index(self.policy.budget - PRIME_TOKENS - sum(b.cost for b in blocks))
+        if index is not None:
+            blocks.append(Block("retained", 0, 0, index.tokens, 0))
         units: dict[int, list[Row]] = {}
         heads: dict[int, Row] = {}
         orphans = 0

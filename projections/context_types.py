@@ -141,7 +141,8 @@ class Block:
     """A piece of a session's timeline, as compaction plans with it."""
 
     kind: Literal["retained", "summary", "unit", "gap"]
-    """A message that is always kept, an active summary, a message with its tool results, or a
+    """A message that is always kept (or the artifact index, kept before older messages: version
+    0, no messages), an active summary, a message with its tool results, or a
     range a rewind or a removal took out (no cost: a summary must not span it, or it would cover
     versions that are not live and never be shown)."""
     first: int
