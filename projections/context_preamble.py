@@ -9,16 +9,14 @@ rendering and its token count are cached per store, so a warm build does not gro
 
 from __future__ import annotations
 
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
 from projections.artifacts import list_artifacts
+from projections.context_capping import StoreCache
 from projections.context_reader import ContextReader
-from projections.context_types import PER_MESSAGE, ContextMessage
-from store import SQLiteStore
+from projections.context_types import PER_MESSAGE, ContextMessage, Mode
 
 INDEX_ORDER = -10
 """The preamble's place among messages of the same order key: before a notice or a summary there."""
@@ -52,11 +50,10 @@ class _Index:
 
 
 _Key = tuple[str, str, int, str, tuple[tuple[int, int], ...]]
-_CACHE_SIZE = 512
-
-_CACHES: weakref.WeakKeyDictionary[
-    SQLiteStore, OrderedDict[tuple[_Key, int | None], _Index | tuple[str, int] | None]
-] = weakref.WeakKeyDictionary()
+_FULL: StoreCache[_Key, tuple[_Index | None]] = StoreCache(256)
+"""The whole index per watermark (None inside: nothing to list)."""
+_CUTS: StoreCache[tuple[_Key, int], tuple[tuple[str, int] | None]] = StoreCache(256)
+"""The index cut to a token limit, per watermark and limit (None inside: not even its header fits)."""
 
 
 def index_message(
@@ -77,8 +74,9 @@ def index_message(
         return None
     limit = min(policy.budget // 2, room)
     overhead = PER_MESSAGE + reader.costs["system"]
+    mode: Mode = "full"
     if index.tokens is not None and index.tokens <= limit:
-        text, tokens, mode = index.text, index.tokens, "full"
+        text, tokens = index.text, index.tokens
     else:
         cut = _cut(reader, key, index, limit - overhead)
         if cut is None:
@@ -88,7 +86,7 @@ def index_message(
         role="system",
         content=text,
         tokens=tokens,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         category="index",
         event_ids=(),
         order=(before_version() - 0.5, INDEX_ORDER),
@@ -109,30 +107,11 @@ def _watermark(reader: ContextReader) -> _Key | None:
     return (reader.tok.name, reader.sid, int(row[0]), str(row[1]), tuple(reader.dead))
 
 
-def _cache(store: SQLiteStore) -> OrderedDict[tuple[_Key, int | None], _Index | tuple[str, int] | None]:
-    cache = _CACHES.get(store)
-    if cache is None:
-        cache = _CACHES[store] = OrderedDict()
-    return cache
-
-
-def _remember(
-    store: SQLiteStore, key: tuple[_Key, int | None], value: _Index | tuple[str, int] | None
-) -> None:
-    cache = _cache(store)
-    cache[key] = value
-    if len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-
-
 def _full(reader: ContextReader, key: _Key) -> _Index | None:
     """The whole index (header and every entry), rendered once per watermark."""
-    cache = _cache(reader.store)
-    if (key, None) in cache:
-        cache.move_to_end((key, None))
-        found = cache[(key, None)]
-        assert found is None or isinstance(found, _Index)
-        return found
+    found = _FULL.get(reader.store, key)
+    if found is not None:
+        return found[0]
     infos = [info for info in list_artifacts(reader.store, reader.sid, reader.at) if not is_own_output(info)]
     index: _Index | None = None
     if infos:
@@ -143,8 +122,7 @@ def _full(reader: ContextReader, key: _Key) -> _Index | None:
         if len(text) <= INDEX_MAX_CHARS:
             tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
         index = _Index(header, entries, text, tokens)
-    _remember(reader.store, (key, None), index)
-    return index
+    return _FULL.put(reader.store, key, (index,))[0]
 
 
 def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[str, int] | None:
@@ -152,12 +130,9 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
     content tokens; None when not even the header and the closing line fit. Cached per limit."""
     if limit <= 0:
         return None
-    cache = _cache(reader.store)
-    if (key, limit) in cache:
-        cache.move_to_end((key, limit))
-        found = cache[(key, limit)]
-        assert found is None or isinstance(found, tuple)
-        return found
+    found = _CUTS.get(reader.store, (key, limit))
+    if found is not None:
+        return found[0]
     tok = reader.tok
 
     def fits(text: str) -> bool:
@@ -166,8 +141,7 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
 
     capped = cap_entries(index.header, index.entries, fits, preamble_omitted)
     result = None if capped is None else (capped[0], tok.count(capped[0]))
-    _remember(reader.store, (key, limit), result)
-    return result
+    return _CUTS.put(reader.store, (key, limit), (result,))[0]
 
 
 __all__ = ["INDEX_ORDER", "index_message", "preamble_header", "preamble_omitted"]

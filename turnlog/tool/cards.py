@@ -45,7 +45,8 @@ Artifacts of this session: 1–2 of 6
     "artifacts.index": Card(
         line="{} — one line per artifact: id, name, first words",
         about="The artifact index: one line per artifact, sorted by name, with the first words of its "
-        "content. Read one with artifacts.read.",
+        "content (the context shows it too, after the system messages, cut to fit). Read one with "
+        "artifacts.read.",
         example={},
         result="""\
 Artifacts of session fix-rounding (6): fetch one with its id
