@@ -4,12 +4,10 @@ same outputs again costs several times as much)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
 from store import MessageAppended, SQLiteStore, Tokenizer
@@ -54,41 +52,15 @@ def other_texts(event: MessageAppended) -> list[str]:
     return texts
 
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class StoreCache(Generic[K, V]):
-    """A bounded cache, least recently used out, one per store object: event ids are unique within a
-    store only, so two stores with the same id and different content (a copy, an import into a
-    second file) never see each other's entries. Weak keys: a closed and dropped store takes its
-    cache with it, and a new store at the same address starts empty."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._caches: weakref.WeakKeyDictionary[SQLiteStore, OrderedDict[K, V]] = weakref.WeakKeyDictionary()
-
-    def get(self, store: SQLiteStore, key: K) -> V | None:
-        cache = self._caches.get(store)
-        found = cache.get(key) if cache is not None else None
-        if cache is not None and found is not None:
-            with contextlib.suppress(KeyError):  # another thread's put may have evicted it meanwhile
-                cache.move_to_end(key)
-        return found
-
-    def put(self, store: SQLiteStore, key: K, value: V) -> V:
-        cache = self._caches.get(store)
-        if cache is None:
-            cache = self._caches[store] = OrderedDict()
-        cache[key] = value
-        while len(cache) > self.size:
-            cache.popitem(last=False)
-        return value
-
-
 _CacheKey = tuple[str, str, str, int, int, int, str | None]
-_CAPPED: StoreCache[_CacheKey, Capped] = StoreCache(4096)
+_CACHE_SIZE = 4096
 """Capped outputs kept per store (a few MB at most: each is at most the cap's tokens)."""
+
+# One cache per store object: event ids are unique within a store only, so two stores with the same
+# id and different content (a copy, an import into a second file) never see each other's text. Weak
+# keys: a closed and dropped store takes its cache with it, and a new store at the same address
+# starts empty.
+_CACHES: weakref.WeakKeyDictionary[SQLiteStore, OrderedDict[_CacheKey, Capped]] = weakref.WeakKeyDictionary()
 
 
 def cap_output(
@@ -103,22 +75,22 @@ def cap_output(
     tok: Tokenizer = store.tokenizer
     # The length and count guard against a store whose file was replaced under the same object.
     key: _CacheKey = (tok.name, "output", event_id, cap, len(content), total, artifact_id)
-    found = _CAPPED.get(store, key)
+    found = _cached(store, key)
     if found is not None:
         return found
     ref = artifact_id or event_id
     notice = output_notice(ref, is_artifact=artifact_id is not None)
-    return _CAPPED.put(store, key, cap_text(content, cap, tok, notice, total_tokens=total))
+    return _remember(store, key, cap_text(content, cap, tok, notice, total_tokens=total))
 
 
 def cap_call_arguments(store: SQLiteStore, event_id: str, index: int, arguments: str, cap: int) -> Capped:
     """The arguments of a message's ``index``-th tool call capped to ``cap`` tokens (once per
     store, call and cap): see ``cap_arguments``."""
     key: _CacheKey = (store.tokenizer.name, f"arguments {index}", event_id, cap, len(arguments), 0, None)
-    found = _CAPPED.get(store, key)
+    found = _cached(store, key)
     if found is not None:
         return found
-    return _CAPPED.put(store, key, cap_arguments(arguments, cap, store.tokenizer, arguments_notice(event_id)))
+    return _remember(store, key, cap_arguments(arguments, cap, store.tokenizer, arguments_notice(event_id)))
 
 
 def cap_arguments(arguments: str, cap: int, tok: Tokenizer, notice: Notice) -> Capped:
@@ -192,3 +164,21 @@ def _replace(value: Any, path: tuple[Any, ...], text: str) -> Any:
         parent = parent[step]
     parent[path[-1]] = text
     return value
+
+
+def _cached(store: SQLiteStore, key: _CacheKey) -> Capped | None:
+    cache = _CACHES.get(store)
+    found = cache.get(key) if cache is not None else None
+    if cache is not None and found is not None:
+        cache.move_to_end(key)
+    return found
+
+
+def _remember(store: SQLiteStore, key: _CacheKey, capped: Capped) -> Capped:
+    cache = _CACHES.get(store)
+    if cache is None:
+        cache = _CACHES[store] = OrderedDict()
+    cache[key] = capped
+    if len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return capped
