@@ -11,6 +11,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import store.tokenizer as _tokenizer_module
+from projections.artifact_index import (
+    INDEX_MAX_CHARS,
+    cap_entries,
+    chars_omitted,
+    index_entries,
+    index_header,
+    within_chars,
+)
 from projections.capping import MIN_CAP, cap_text
 from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
@@ -33,9 +41,6 @@ MIN_PREFIX = 8
 
 DEFAULT_LIMIT = 200
 """Lines per page when the caller does not say."""
-
-INDEX_MAX_CHARS = 32768
-"""Default size cap of :func:`artifact_index`."""
 
 Source = Literal["tool", "user"]
 Kind = Literal["artifact", "tool_output"]
@@ -227,7 +232,9 @@ def artifact_index(
     store: SQLiteStore, session_id: str, at: int | None = None, max_chars: int = INDEX_MAX_CHARS
 ) -> str:
     """A short index of the session's artifacts for progressive disclosure: a header line, then one
-    line per artifact, `` - `id12` · source · `name` — abstract ``, sorted by name then position.
+    line per artifact, `` - `id12` · source · `name` — abstract ``, sorted by name (code-point order)
+    then position. Live writes only, as :func:`list_artifacts` lists them (a rewound or removed write
+    is not listed).
 
     An artifact written several times under one name is listed once per write (each with the id of
     that content), oldest first; all but the newest are marked ``(overwritten later)`` so a reader
@@ -235,30 +242,16 @@ def artifact_index(
     entries do not fit, the last ones are left out and a final line (within the cap) says how many."""
     if isinstance(max_chars, bool) or not isinstance(max_chars, int):
         raise InvalidArgumentError(f"max_chars must be an integer, not {max_chars!r}")
-    _check_at(at)
-    store.require_session(session_id)
-    _caught_up(store)
-    with store.reading() as conn:
-        rows = conn.execute(
-            f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? "
-            "ORDER BY name, position",
-            (session_id, _through(at)),
-        ).fetchall()
-    infos = [_info(row) for row in rows]
-    when = "" if at is None else f" as of position {at:,}"
-    if not infos:
-        header = f"Artifacts of session {session_id}{when} (0): none"
-    else:
-        header = f"Artifacts of session {session_id}{when} ({len(infos):,}): fetch one with its id"
-    entries = []
-    for i, info in enumerate(infos):
-        later = i + 1 < len(infos) and infos[i + 1].name == info.name
-        entries.append(
-            f"- {_code(info.short_id)} · {info.source} · {_code(_collapse(info.name))}"
-            + (" (overwritten later)" if later else "")
-            + (f" — {info.abstract}" if info.abstract else " — (empty)")
+    infos = list_artifacts(store, session_id, at)
+    header = index_header(session_id, len(infos), at)
+    entries = index_entries(infos)
+    capped = cap_entries(header, entries, within_chars(max_chars), chars_omitted(max_chars))
+    if capped is None:
+        needed = len(header) + 1 + len(chars_omitted(max_chars)(len(entries)))
+        raise InvalidArgumentError(
+            f"max_chars={max_chars:,} is too small for the index's header and notice; use at least {needed:,}"
         )
-    return _cap_index(header, entries, max_chars)
+    return capped[0]
 
 
 def read_artifact(
@@ -552,38 +545,6 @@ def _abstract(content: str) -> str:
     if len(collapsed) > ABSTRACT_CHARS:
         return collapsed[:ABSTRACT_CHARS].rstrip() + "…"
     return collapsed
-
-
-def _collapse(text: str) -> str:
-    return _SPACE.sub(" ", text).strip()
-
-
-def _code(text: str) -> str:
-    """``text`` as a Markdown code span, wide enough for the backticks it holds."""
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _cap_index(header: str, entries: list[str], max_chars: int) -> str:
-    def omitted(count: int) -> str:
-        return f"… {count:,} more not listed (index capped at {max_chars:,} characters)"
-
-    length = len(header) + sum(1 + len(entry) for entry in entries)
-    if length <= max_chars:
-        return "\n".join([header, *entries])
-    if len(header) + 1 + len(omitted(len(entries))) > max_chars:
-        raise InvalidArgumentError(
-            f"max_chars={max_chars:,} is too small for the index's header and notice; use at least "
-            f"{len(header) + 1 + len(omitted(len(entries))):,}"
-        )
-    kept, used = 0, len(header)
-    while kept < len(entries):
-        after = used + 1 + len(entries[kept])
-        if after + 1 + len(omitted(len(entries) - kept - 1)) > max_chars:
-            break
-        kept, used = kept + 1, after
-    return "\n".join([header, *entries[:kept], omitted(len(entries) - kept)])
 
 
 __all__ = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 from projections.capping import MIN_CAP, Capped, cap_text
 from projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
 from projections.context_condensed import CondensedViews, condensed_content
+from projections.context_preamble import index_message
 from projections.context_reader import ContextReader, Row, SummaryRow
 from projections.context_types import (
     FILL_MIN,
@@ -236,6 +237,11 @@ class ContextBuilder(ContextReader):
                 f"{used:,} tokens, {used - policy.budget:,} over the budget of {policy.budget:,}; "
                 "raise the budget or unpin messages"
             )
+        # The artifact index comes next: before any message that is not always kept.
+        index = self._index(policy.budget - used - reserve)
+        if index is not None:
+            messages.append(index)
+            used += index.tokens
         remaining = policy.budget - used - reserve
 
         kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
@@ -329,6 +335,10 @@ class ContextBuilder(ContextReader):
         blocks: list[Block] = []
         for row in retained_rows:
             blocks.append(Block("retained", row.version, row.version, self._estimate(row), 1))
+        # The artifact index is kept before older messages too: a block of its own, at version 0.
+        index = self._index(self.policy.budget - PRIME_TOKENS - sum(b.cost for b in blocks))
+        if index is not None:
+            blocks.append(Block("retained", 0, 0, index.tokens, 0))
         units: dict[int, list[Row]] = {}
         heads: dict[int, Row] = {}
         orphans = 0
@@ -365,6 +375,16 @@ class ContextBuilder(ContextReader):
         ]
         blocks.sort(key=lambda b: (b.first, b.kind != "summary"))
         return blocks
+
+    def _index(self, room: int) -> ContextMessage | None:
+        """The artifact index preamble within ``room`` tokens (and half the budget), placed after the
+        leading system messages; None when there is none to show."""
+
+        def before() -> int:
+            first = self._first_live("!= 'system'")
+            return self.head_version + 1 if first is None else first
+
+        return index_message(self, room, before)
 
     def _estimate(self, row: Row) -> int:
         cap = self.policy.max_tool_tokens if row.role == "tool" else self.policy.max_message_tokens

@@ -93,7 +93,7 @@ class ContextReader:
         versions = {r.version for r in retained}
         if self.dead and not any(r.first_user for r in retained):
             # The first user message was rewound or removed: the first live one takes its place.
-            first = self._first_live_user()
+            first = self._first_live()
             if first is not None:
                 versions.add(first)
         with self.store.reading() as conn:
@@ -124,13 +124,14 @@ class ContextReader:
         all_rows = self._rows_in(versions)
         return all_rows, pinned
 
-    def _first_live_user(self) -> int | None:
-        """The first user message not in a range that is not live: one seek per such range."""
+    def _first_live(self, role: str = "= 'user'") -> int | None:
+        """The first message whose role is ``role`` (an SQL condition on it; default: the first user
+        message) not in a range that is not live: one seek per such range."""
         start = 1
         with self.store.reading() as conn:
             while True:
                 row = conn.execute(
-                    "SELECT version FROM ctx_messages WHERE session_id = ? AND role = 'user' "
+                    f"SELECT version FROM ctx_messages WHERE session_id = ? AND role {role} "
                     "AND version >= ? AND version <= ? ORDER BY version LIMIT 1",
                     (self.sid, start, self.head_version),
                 ).fetchone()

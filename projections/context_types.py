@@ -28,7 +28,7 @@ FILL_MIN = 48
 
 Format = Literal["openai", "anthropic", "text"]
 Mode = Literal["full", "capped", "synthesized", "notice", "summary", "condensed"]
-Category = Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
+Category = Literal["system", "index", "pinned", "summary", "tool_output", "message", "notice"]
 
 
 class ContextBudgetError(StoreError):
@@ -56,6 +56,10 @@ class ContextPolicy(BaseModel):
     """Which stored view of a tool output over the cap to show, per tool name (``default``: the
     rest), over the session's policy: ``simple`` (the cap), ``auto`` (its summary) or
     ``custom:NAME``. A view that was not made yet shows the simple cap: a build never makes one."""
+    index: bool = True
+    """When the session has artifacts, show their index (one line each, full contents fetched on
+    demand) right after the system messages: within 32,768 characters and half the budget, kept
+    before older messages."""
 
 
 @dataclass(slots=True)
@@ -142,7 +146,8 @@ class Block:
     """A piece of a session's timeline, as compaction plans with it."""
 
     kind: Literal["retained", "summary", "unit", "gap"]
-    """A message that is always kept, an active summary, a message with its tool results, or a
+    """A message that is always kept (or the artifact index, kept before older messages: version
+    0, no messages), an active summary, a message with its tool results, or a
     range a rewind or a removal took out (no cost: a summary must not span it, or it would cover
     versions that are not live and never be shown)."""
     first: int

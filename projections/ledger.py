@@ -273,7 +273,7 @@ class AuditReport:
     """Where its prices come from."""
 
 
-CATEGORIES = ("system", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
+CATEGORIES = ("system", "index", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
 """The order of the category view's manifest categories."""
 
 BILLED_CATEGORIES = (AGENT, SUMMARIZATION)

@@ -294,8 +294,9 @@ class ManifestEntry(ValueModel):
     mode: Literal["full", "capped", "synthesized", "notice", "summary", "condensed"]
     """How it is shown: whole, capped by tokens, made up by the projection, a notice, a summary, a
     tool output condensed on the write path (``output_condensed``)."""
-    category: Literal["system", "pinned", "summary", "tool_output", "message", "notice"]
-    """What kind of tokens it spends (the token audit groups by this)."""
+    category: Literal["system", "index", "pinned", "summary", "tool_output", "message", "notice"]
+    """What kind of tokens it spends (the token audit groups by this); ``index`` is the artifact
+    index a context shows after its system messages."""
     tokens: NonNegative
     """Its tokens, including the chat format's per-message overhead."""
 

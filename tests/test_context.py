@@ -134,7 +134,9 @@ def test_system_first_user_and_pinned_survive_small_budgets(store: SQLiteStore) 
     built = build_context(store, "s", ContextPolicy(budget=600, max_tool_tokens=100))
     contents = [m["content"] for m in built.rendered]
     assert contents[0] == "You are a careful coding agent."
-    assert contents[1] == "Fix the flaky test in tests/test_io.py please."
+    # The session's large tool outputs are artifacts: their index comes right after the system message.
+    assert contents[1].startswith("Artifacts of this session (")
+    assert contents[2] == "Fix the flaky test in tests/test_io.py please."
     assert "Never touch the migrations folder." in contents
     pinned_entries = [e for e in built.entries if e.category == "pinned"]
     assert [e.event_ids for e in pinned_entries] == [(pinned.event_id,)]
@@ -195,7 +197,7 @@ def test_newest_kept_in_log_order_and_omission_is_said(store: SQLiteStore) -> No
     assert steps == sorted(steps) and steps[-1] == 20
     notices = [e for e in built.entries if e.mode == "notice"]
     assert len(notices) == 1 and built.omitted_messages > 0
-    notice_text = built.rendered[2]["content"]
+    notice_text = built.rendered[3]["content"]  # system, the artifact index, the first user message
     assert f"{built.omitted_messages:,} earlier messages" in notice_text
     # Everything fits: no notice.
     everything = build_context(store, "s", ContextPolicy(budget=200_000, max_tool_tokens=100))

@@ -18,7 +18,7 @@ from mcp.server.stdio import stdio_server
 
 from store import SQLiteStore, StoreError
 from turnlog import open_store
-from turnlog.tool import DEFAULT_MAX_TOKENS, TOOL_NAME, description, invoke, parameters_schema
+from turnlog.tool import TOOL_NAME, description, invoke, parameters_schema
 
 __all__ = [
     "OUTPUT_SCHEMA",
@@ -104,7 +104,7 @@ def answer(
     arguments: dict[str, Any] | None,
     meta: dict[str, Any] | None = None,
     *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
     record: bool = True,
 ) -> McpAnswer:
     """Serve one ``tools/call`` request for ``session_id`` through :func:`turnlog.tool.invoke`.
@@ -143,7 +143,7 @@ def _error(text: str) -> McpAnswer:
 
 
 def build_server(
-    store: SQLiteStore, session_id: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, record: bool = True
+    store: SQLiteStore, session_id: str, *, max_tokens: int | None = None, record: bool = True
 ) -> Server[Any]:
     """The MCP server (the SDK's low-level one, so the tool's schema is sent as it is and the
     arguments reach the tool unvalidated: its own errors are the ones the model learns from)."""
@@ -178,9 +178,7 @@ def build_server(
     )
 
 
-def serve_stdio(
-    db: str, session_id: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, record: bool = True
-) -> None:
+def serve_stdio(db: str, session_id: str, *, max_tokens: int | None = None, record: bool = True) -> None:
     """Open the store at ``db``, check the session exists (StoreError if not, before anything is
     served), and serve the tool for it on standard input and output until the client disconnects."""
     with open_store(db, create=False) as store:

@@ -112,6 +112,13 @@ def max_tool_tokens_option(help: str, *, policy: bool = False) -> Callable[[F], 
     )
 
 
+def index_option(
+    help: str = "Show the session's artifact index after the system messages (within half the budget).",
+) -> Callable[[F], F]:
+    """The shared ``--index/--no-index`` option of commands that build contexts (default: on)."""
+    return click.option("--index/--no-index", default=True, show_default=True, help=help)
+
+
 def input_file_option(what: str) -> Callable[[F], F]:
     """The shared ``--file`` option of commands that read their input from standard input."""
     return click.option(

@@ -170,13 +170,12 @@ class SessionRecorder:
         a retry with the same call id and input writes nothing. See :func:`turnlog.tool.invoke`."""
         from turnlog import tool  # on first use: `import turnlog` stays light
 
-        limit = tool.DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
         expected = self.version if self.version else NO_SESSION
         result = tool.invoke(
             self.store,
             self.session_id,
             arguments,
-            max_tokens=limit,
+            max_tokens=max_tokens,
             tool_call_id=call_id,
             expected_version=expected,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import tokens_range
 from turnlog.tool import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS
@@ -20,9 +21,8 @@ _MCP_PACKAGES = ("mcp", "mcp_types", "anyio")
 @click.option(
     "--max-tokens",
     type=tokens_range(MIN_MAX_TOKENS),
-    default=DEFAULT_MAX_TOKENS,
-    show_default=True,
-    help="Tokens a result may have (it is capped, and says how to get the rest).",
+    help="Tokens a result may have (it is capped, and says how to get the rest); default: "
+    f"{DEFAULT_MAX_TOKENS:,}, and for artifacts.index its own cap of {INDEX_MAX_CHARS:,} characters.",
 )
 @click.option(
     "--no-record",
@@ -31,7 +31,7 @@ _MCP_PACKAGES = ("mcp", "mcp_types", "anyio")
     "for a client that logs its agent's tool calls itself.",
 )
 @pass_ctx
-def mcp(ctx: _Context, session: str, max_tokens: int, no_record: bool) -> None:
+def mcp(ctx: _Context, session: str, max_tokens: int | None, no_record: bool) -> None:
     """Serve the agent-facing tool for the session named by --session over MCP on standard input
     and output (stdio), until the client disconnects.
 

@@ -22,6 +22,7 @@ from turnlog.output import (
     check_json_depth,
     echo,
     emit,
+    index_option,
     int_range,
     json_option,
     max_tool_tokens_option,
@@ -61,6 +62,7 @@ from turnlog.output import (
     "TOOL=MODE, repeatable: which stored view of a long output to show (simple, auto, custom:NAME) "
     "over the session's policy; a view not made yet shows the simple cap. Never writes."
 )
+@index_option()
 @click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
 @click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
 @json_option
@@ -75,19 +77,22 @@ def context(
     at: int | None,
     cap_open_run: bool,
     tool_modes: tuple[tuple[str, str], ...],
+    index: bool,
     manifest: bool,
     record: bool,
     as_json: bool,
 ) -> None:
     """Build the context to send to the model for SESSION under a token budget.
 
-    System messages, the first user message and pinned messages are always kept; then the newest
+    System messages, the first user message and pinned messages are always kept; then, when the
+    session has artifacts, their index (one line each; at most half the budget); then the newest
     messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
     anthropic formats print JSON; text is for people.
 
     \b
-    Example:
+    Examples:
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
+      turnlog context chat-1 --budget 8000 --format text --no-index
     """
     with ctx.open() if record else ctx.read() as store:
         budget, max_tool_tokens = policy_defaults(store, session, budget, max_tool_tokens)
@@ -98,6 +103,7 @@ def context(
             format=fmt,
             cap_open_run=cap_open_run,
             tool_output_modes=as_modes(tool_modes),
+            index=index,
         )
         built = build_context(store, session, policy, at=at, record=record)
     if fmt == "text" and not as_json:

@@ -13,6 +13,7 @@ from turnlog.output import (
     at_option,
     echo,
     emit,
+    index_option,
     int_range,
     json_option,
     max_tool_tokens_option,
@@ -31,6 +32,7 @@ from turnlog.output import (
     help="Policy for calls without a recorded manifest: the budget.",
 )
 @max_tool_tokens_option("Policy for calls without a recorded manifest: the tool output cap.")
+@index_option("Policy for calls without a recorded manifest: show the artifact index.")
 @at_option("Only the calls made up to this log position.")
 @click.option("--call", "show_call", type=int_range(1), help="Print the context of call N in full.")
 @json_option
@@ -40,6 +42,7 @@ def replay(
     session: str,
     budget: int,
     max_tool_tokens: int,
+    index: bool,
     at: int | None,
     show_call: int | None,
     as_json: bool,
@@ -56,7 +59,7 @@ def replay(
       turnlog replay chat-1 --budget 8000
       turnlog replay chat-1 --call 3 --json
     """
-    policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text")
+    policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index)
     with ctx.read() as store:
         calls = replay_calls(store, session, policy, at=at)
     if show_call is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from projections.artifact_index import INDEX_MAX_CHARS
 from store import load_tokenizer
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import emit, input_file_option, json_option, tokens_range
@@ -41,9 +42,8 @@ def tool() -> None:
 @click.option(
     "--max-tokens",
     type=tokens_range(MIN_MAX_TOKENS),
-    default=DEFAULT_MAX_TOKENS,
-    show_default=True,
-    help="Tokens the result may have (it is capped, and says how to get the rest).",
+    help="Tokens the result may have (it is capped, and says how to get the rest); default: "
+    f"{DEFAULT_MAX_TOKENS:,}, and for artifacts.index its own cap of {INDEX_MAX_CHARS:,} characters.",
 )
 @click.option("--no-record", is_flag=True, help="Do not record the call and its result in the log.")
 @click.option(
@@ -57,7 +57,7 @@ def tool() -> None:
 def call_(
     ctx: _Context,
     session: str,
-    max_tokens: int,
+    max_tokens: int | None,
     no_record: bool,
     tool_call_id: str | None,
     source: Any,

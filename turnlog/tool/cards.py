@@ -8,9 +8,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from projections.artifact_index import AGENT_TOOL
 from turnlog.tool.inputs import INPUTS, METHODS
 
-TOOL_NAME = "turnlog"
+TOOL_NAME = AGENT_TOOL
 """The tool's name, in provider schemas and in the log's records of its calls."""
 
 
@@ -44,7 +45,8 @@ Artifacts of this session: 1–2 of 6
     "artifacts.index": Card(
         line="{} — one line per artifact: id, name, first words",
         about="The artifact index: one line per artifact, sorted by name, with the first words of its "
-        "content. Read one with artifacts.read.",
+        "content (the context shows it too, after the system messages, cut to fit). Read one with "
+        "artifacts.read.",
         example={},
         result="""\
 Artifacts of session fix-rounding (6): fetch one with its id

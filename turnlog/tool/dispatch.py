@@ -38,7 +38,8 @@ from turnlog.tool.methods import HANDLERS, Call
 _CALL_ID = re.compile(r"\S{1,200}")
 
 DEFAULT_MAX_TOKENS = 2000
-"""Tokens a result may have unless the caller says otherwise."""
+"""Tokens a result may have unless the caller says otherwise (``artifacts.index`` is bounded by its
+own cap instead, INDEX_MAX_CHARS characters, so that it lists every artifact of a real session)."""
 
 MIN_MAX_TOKENS = 100
 """The smallest result budget: room for an error message or a short page."""
@@ -63,7 +64,8 @@ class ToolResult:
     """The outcome of one call."""
 
     text: str
-    """What to give back to the model: the result, or a short error message. At most max_tokens."""
+    """What to give back to the model: the result, or a short error message. At most max_tokens
+    (by default DEFAULT_MAX_TOKENS; ``artifacts.index``: its own character cap)."""
     is_error: bool
     """True when the call was refused (malformed envelope, invalid input, an id that names nothing)."""
     method: str | None
@@ -97,12 +99,15 @@ def invoke(
     session_id: str,
     envelope: Envelope,
     *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
     record: bool = True,
     tool_call_id: str | None = None,
     expected_version: Expected = ANY,
 ) -> ToolResult:
     """Serve one call of the tool for ``session_id`` and say what was written.
+
+    ``max_tokens`` caps the result; without it, DEFAULT_MAX_TOKENS, except for ``artifacts.index``,
+    which then lists every artifact within its own cap of INDEX_MAX_CHARS characters.
 
     What is appended, always as one atomic batch:
 
@@ -130,7 +135,9 @@ def invoke(
     agent cannot cause: an unknown session, a closed, busy or damaged store, an invalid
     ``tool_call_id`` or ``max_tokens``.
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < MIN_MAX_TOKENS:
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < MIN_MAX_TOKENS
+    ):
         raise InvalidArgumentError(
             f"max_tokens must be an integer of at least {MIN_MAX_TOKENS}, not {max_tokens!r}"
         )
@@ -169,7 +176,7 @@ def _invoke_once(
     store: SQLiteStore,
     session_id: str,
     envelope: Envelope,
-    max_tokens: int,
+    max_tokens: int | None,
     tool_call_id: str,
     expected_version: Expected,
 ) -> ToolResult:
@@ -241,7 +248,7 @@ def call(
     session_id: str,
     envelope: Envelope,
     *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
     record: bool = True,
 ) -> str:
     """Serve one call of the tool and return the text to give the model.
@@ -261,7 +268,7 @@ def call_recorded(
     tool_call_id: str,
     envelope: Envelope,
     *,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tokens: int | None = None,
 ) -> str:
     """Serve a call that the agent framework has already appended (an assistant message with a
     ``turnlog`` tool call of id ``tool_call_id``): append its effects and a ``tool_returned``
@@ -276,22 +283,24 @@ def _returned(call_id: str, result: ToolResult) -> ToolReturned:
     )
 
 
-def _serve(store: SQLiteStore, session_id: str, envelope: object, max_tokens: int) -> ToolResult:
+def _serve(store: SQLiteStore, session_id: str, envelope: object, max_tokens: int | None) -> ToolResult:
     tok = store.tokenizer
+    limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     parsed = _parse(envelope)
     if isinstance(parsed, _Refused):
-        return _refused(tok, max_tokens, parsed.message, None, parsed.arguments)
+        return _refused(tok, limit, parsed.message, None, parsed.arguments)
     method, data, arguments = parsed
     try:
         query = INPUTS[method].validate_python(data)
     except ValidationError as exc:
-        return _refused(tok, max_tokens, errors.validation_error(method, data, exc), method, arguments)
-    context = Call(store, session_id, tok, max_tokens)
+        return _refused(tok, limit, errors.validation_error(method, data, exc), method, arguments)
+    context = Call(store, session_id, tok, limit, explicit=max_tokens is not None)
     try:
         outcome = HANDLERS[method](context, query)
     except _AGENT_ERRORS as exc:
-        return _refused(tok, max_tokens, f"error: {exc}\n{errors.NOTHING_WRITTEN}", method, arguments)
-    text = _cap(tok, outcome.text, max_tokens)
+        return _refused(tok, limit, f"error: {exc}\n{errors.NOTHING_WRITTEN}", method, arguments)
+    # A method that bounds its result by its own cap when the caller gives none is not cut again.
+    text = outcome.text if outcome.bounded and max_tokens is None else _cap(tok, outcome.text, limit)
     return ToolResult(text, False, method, arguments, outcome.effects)
 
 

@@ -3,12 +3,20 @@ also return the events to append (the dispatcher appends them in one batch with 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from projections.artifacts import ArtifactInfo, artifact_index, list_artifacts, read_artifact
+from projections.artifact_index import (
+    INDEX_MAX_CHARS,
+    cap_entries,
+    chars_omitted,
+    index_entries,
+    index_header,
+    is_own_output,
+    within_chars,
+)
+from projections.artifacts import ArtifactInfo, list_artifacts, read_artifact
 from projections.todos import build_todo_list, current_todos, render_checklist
 from store import (
     Event,
@@ -19,7 +27,7 @@ from store import (
     SQLiteStore,
     Tokenizer,
 )
-from turnlog.tool.cards import TOOL_NAME, help_card
+from turnlog.tool.cards import help_card
 from turnlog.tool.errors import ToolInputError
 from turnlog.tool.history import (
     Page,
@@ -54,6 +62,8 @@ class Call:
     session_id: str
     tok: Tokenizer
     budget: int
+    explicit: bool = True
+    """Whether the caller gave ``budget`` (else it is the default, and a method may use its own cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,8 @@ class Outcome:
 
     text: str
     effects: tuple[Event, ...] = ()
+    bounded: bool = False
+    """The method kept the text within its own cap: without an explicit budget, it is not cut again."""
 
 
 # --- artifacts ---------------------------------------------------------------------------------
@@ -70,15 +82,7 @@ class Outcome:
 def _artifacts(call: Call) -> list[ArtifactInfo]:
     """The session's artifacts, less this tool's own large results (kept as artifacts by the store
     like any tool output over 1 KiB): they only repeat the log, and would crowd out the rest."""
-    return [info for info in list_artifacts(call.store, call.session_id) if not _own(info)]
-
-
-def _own(info: ArtifactInfo) -> bool:
-    return info.kind == "tool_output" and info.name.startswith(_OWN_OUTPUT)
-
-
-_OWN_OUTPUT = f"{TOOL_NAME} output "
-"""How the artifacts projection names a result of this tool kept as an artifact."""
+    return [info for info in list_artifacts(call.store, call.session_id) if not is_own_output(info)]
 
 
 def artifacts_list(call: Call, query: ArtifactsList) -> Outcome:
@@ -123,31 +127,23 @@ def _short_name(name: str, width: int = 80) -> str:
 
 
 def artifacts_index(call: Call, query: ArtifactsIndex) -> Outcome:
-    # The projection's index, less this tool's own results, then cut by tokens (its own cap counts
-    # characters): whole lines while they fit, and how many were left out.
-    header, *entries = artifact_index(call.store, call.session_id).split("\n")
-    trailer = entries.pop() if entries and entries[-1].startswith("…") else None
-    entries = [line for line in entries if f"· tool · `{_OWN_OUTPUT}" not in line]
-    header = _RECOUNT.sub(f" ({len(entries):,}): ", header, count=1)
-    if not entries:
-        header = header.replace("fetch one with its id", "none")
-    page = Page(call.tok, call.budget - 30)
-    page.add(header, force=True)
-    kept = 0
-    for line in entries:
-        if not page.add(line, force=kept == 0):
-            break
-        kept += 1
-    if kept < len(entries):
-        page.blocks.append(
-            f"… {len(entries) - kept:,} more not listed; artifacts.list pages through them all"
-        )
-    elif trailer is not None:
-        page.blocks.append(f"{trailer}; artifacts.list pages through them all")
-    return Outcome(page.text())
-
-
-_RECOUNT = re.compile(r" \([\d,]+\): ")
+    # The shared index (the projection's lines and cut), less this tool's own results: within the
+    # index's character cap, or the caller's token budget when it gave one.
+    infos = _artifacts(call)
+    header = index_header(call.session_id, len(infos))
+    if not infos:
+        return Outcome(header, bounded=True)
+    entries = index_entries(infos)
+    rest = "; artifacts.list pages through them all"
+    fits, omitted = within_chars(INDEX_MAX_CHARS), chars_omitted(INDEX_MAX_CHARS, rest)
+    if call.explicit:
+        room = call.budget - 30
+        fits = lambda text: call.tok.count(text) <= room  # noqa: E731
+        omitted = lambda count: f"… {count:,} more not listed{rest}"  # noqa: E731
+    capped = cap_entries(header, entries, fits, omitted)
+    # Not even the header and the closing line fit: they are shown, and the dispatcher caps them.
+    text = capped[0] if capped is not None else f"{header}\n{omitted(len(entries))}"
+    return Outcome(text, bounded=True)
 
 
 def artifacts_read(call: Call, query: ArtifactsRead) -> Outcome:

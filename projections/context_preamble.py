@@ -1,0 +1,147 @@
+"""The index preamble of a built context: when the session has artifacts, one system message right
+after the leading system messages that lists them, one line each (`` - `id12` · source · `path` —
+abstract ``, the newest live write of each path, sorted by path), and says how to fetch a full body.
+Its full contents are never included. It is cut to whole lines within INDEX_MAX_CHARS characters and
+half the budget, with a closing line that says how many were left out, and left out when not even its
+header and that line fit. A build reads one row to know whether the index it rendered before still
+holds (the session's newest artifact write as of the build, and the ranges that are not live): the
+rendering and its token count are cached per store, so a warm build does not grow with the index."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
+from projections.artifacts import list_artifacts
+from projections.context_reader import ContextReader
+from projections.context_types import PER_MESSAGE, ContextMessage, Mode
+from projections.store_cache import StoreCache
+
+INDEX_ORDER = -10
+"""The preamble's place among messages of the same order key: before a notice or a summary there."""
+
+
+def preamble_header(count: int) -> str:
+    """The preamble's first line: what it lists and how to fetch a full body."""
+    return (
+        f"Artifacts of this session ({count:,}), one line each: `id` · source · `path` — its first words. "
+        "Their full contents are not included here: fetch one by its id with the turnlog tool "
+        '(artifacts.read {"id": ID}) or `turnlog artifact ID`.'
+    )
+
+
+def preamble_omitted(count: int) -> str:
+    """The preamble's closing line when it is cut."""
+    return (
+        f"… {count:,} more not listed (the index is capped at {INDEX_MAX_CHARS:,} characters and half "
+        "the context's budget); artifacts.list lists them all"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    header: str
+    entries: tuple[str, ...]
+    text: str
+    """Header and every entry."""
+    tokens: int | None
+    """Tokens of ``text`` as a system message; None when it is over the character cap (not counted)."""
+
+
+_Key = tuple[str, str, int, str, tuple[tuple[int, int], ...]]
+_FULL: StoreCache[_Key, tuple[_Index | None]] = StoreCache(256)
+"""The whole index per watermark (None inside: nothing to list)."""
+_CUTS: StoreCache[tuple[_Key, int], tuple[tuple[str, int] | None]] = StoreCache(256)
+"""The index cut to a token limit, per watermark and limit (None inside: not even its header fits)."""
+
+
+def index_message(
+    reader: ContextReader, room: int, before_version: Callable[[], int]
+) -> ContextMessage | None:
+    """The preamble for this build, within ``room`` tokens and half the budget (None: no artifacts,
+    the policy turns it off, or not even its header and closing line fit). ``before_version`` says
+    (asked only when there is a preamble) the version it is placed before: the first live message
+    that is not a system message."""
+    policy = reader.policy
+    if not policy.index:
+        return None
+    key = _watermark(reader)
+    if key is None:
+        return None
+    index = _full(reader, key)
+    if index is None:
+        return None
+    limit = min(policy.budget // 2, room)
+    overhead = PER_MESSAGE + reader.costs["system"]
+    mode: Mode = "full"
+    if index.tokens is not None and index.tokens <= limit:
+        text, tokens = index.text, index.tokens
+    else:
+        cut = _cut(reader, key, index, limit - overhead)
+        if cut is None:
+            return None
+        text, tokens, mode = cut[0], overhead + cut[1], "capped"
+    return ContextMessage(
+        role="system",
+        content=text,
+        tokens=tokens,
+        mode=mode,
+        category="index",
+        event_ids=(),
+        order=(before_version() - 0.5, INDEX_ORDER),
+    )
+
+
+def _watermark(reader: ContextReader) -> _Key | None:
+    """What the index as of the build depends on: the newest artifact row at or before the build's
+    position (rows are only ever added), and the ranges not live then. None: no artifacts."""
+    with reader.store.reading() as conn:
+        row = conn.execute(
+            "SELECT position, event_id FROM artifacts WHERE session_id = ? AND position <= ? "
+            "ORDER BY position DESC LIMIT 1",
+            (reader.sid, reader.at),
+        ).fetchone()
+    if row is None:
+        return None
+    return (reader.tok.name, reader.sid, int(row[0]), str(row[1]), tuple(reader.dead))
+
+
+def _full(reader: ContextReader, key: _Key) -> _Index | None:
+    """The whole index (header and every entry), rendered once per watermark."""
+    found = _FULL.get(reader.store, key)
+    if found is not None:
+        return found[0]
+    infos = [info for info in list_artifacts(reader.store, reader.sid, reader.at) if not is_own_output(info)]
+    index: _Index | None = None
+    if infos:
+        entries = tuple(index_entries(infos, latest_only=True))
+        header = preamble_header(len(entries))
+        text = "\n".join([header, *entries])
+        tokens = None
+        if len(text) <= INDEX_MAX_CHARS:
+            tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
+        index = _Index(header, entries, text, tokens)
+    return _FULL.put(reader.store, key, (index,))[0]
+
+
+def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[str, int] | None:
+    """The index cut to whole lines within the character cap and ``limit`` content tokens, and its
+    content tokens; None when not even the header and the closing line fit. Cached per limit."""
+    if limit <= 0:
+        return None
+    found = _CUTS.get(reader.store, (key, limit))
+    if found is not None:
+        return found[0]
+    tok = reader.tok
+
+    def fits(text: str) -> bool:
+        # Characters first: a text over the character cap is never counted.
+        return len(text) <= INDEX_MAX_CHARS and tok.count(text) <= limit
+
+    capped = cap_entries(index.header, index.entries, fits, preamble_omitted)
+    result = None if capped is None else (capped[0], tok.count(capped[0]))
+    return _CUTS.put(reader.store, (key, limit), (result,))[0]
+
+
+__all__ = ["INDEX_ORDER", "index_message", "preamble_header", "preamble_omitted"]
