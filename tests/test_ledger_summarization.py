@@ -305,7 +305,8 @@ def test_a_real_compaction_lands_in_the_audit(tmp_path: Path, prices: PriceTable
         result = compact(
             store, "s", ContextPolicy(budget=2500, max_tool_tokens=200), summarizer, options=options
         )
-        assert result.summaries and len(calls) == len(result.summaries)
+        # Each summarizer call wrote one billed summary (a last, truncating tier may add unbilled ones).
+        assert result.summaries and len(calls) == sum(1 for s in result.summaries if s.usage)
         spent = sum(s.usage.input_tokens for s in result.summaries if s.usage)
         report = audit(store, "s", by="category", prices=prices)
         assert billed(report.rows[1]) == (SUMMARIZATION, len(calls), spent, 42 * len(calls), 0, 0)
