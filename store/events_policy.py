@@ -57,7 +57,7 @@ class SessionPolicy(ValueModel):
     local configuration."""
     max_tool_tokens: Annotated[int, Field(ge=16, le=MAX_TOKENS)] | None = None
     """The threshold (and inline cap) for tool outputs."""
-    keep_last: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    keep_last: Annotated[int, Field(ge=0, le=MAX_TOKENS)] | None = None
     """The newest messages run-end compaction keeps raw (default 20)."""
     tool_output_modes: Annotated[dict[ToolKey, OutputMode], Field(max_length=MAX_TOOL_MODES)] | None = None
     """Per tool name (``default`` for the rest): ``simple``, ``auto`` or ``custom:NAME``."""

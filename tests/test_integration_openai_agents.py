@@ -25,7 +25,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from store import SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
+from store import SessionPolicy, SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
 from turnlog.integrations.openai_agents import TurnlogSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -430,4 +430,32 @@ async def test_run_usage_is_recorded_per_model_response(tmp_path: Path) -> None:
         (20, 4, "gpt-test"),
     ]
     assert usage[1].response_id == "r2"
+    s.close()
+
+
+@pytest.mark.asyncio
+async def test_run_usage_ends_the_run_once_and_runs_the_session_policy(tmp_path: Path) -> None:
+    """store_run_usage appends the run's end with its usage (ids from the response ids: storing the
+    same result twice stores nothing more), and the session policy's run-end work runs after it."""
+    from agents.testing import ModelStep
+    from agents.usage import Usage
+
+    from turnlog.loop import set_policy
+
+    s = TurnlogSession("u", db=tmp_path / "t.db")
+    await s.add_items([{"role": "user", "content": "hello"}])
+    set_policy(s.store, "u", SessionPolicy(compact_on_run_end=True, budget=100, summarizer="not-here"))
+    steps = [
+        ModelStep(output=[assistant_message("Hi.")], usage=Usage(1, 7, output_tokens=2), response_id="r1")
+    ]
+    agent = Agent(name="a", model=ScriptedModel(steps))
+    result = await Runner.run(agent, "again", session=s)
+    assert await s.store_run_usage(result, model="gpt-test") == 1
+    assert await s.store_run_usage(result, model="gpt-test") == 1  # a retry: nothing new
+    types = [r.type for r in s.store.read_session("u")]
+    assert types.count("usage_recorded") == 1 and types.count("run_finished") == 1
+    assert types[-2:] == [
+        "run_finished",
+        "compaction_failed",
+    ]  # the policy ran; its summarizer is unknown here
     s.close()

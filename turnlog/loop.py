@@ -134,6 +134,16 @@ def after_commit(
     return report
 
 
+def after_adapter_commit(store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent]) -> LoopReport:
+    """:func:`after_commit` for a framework adapter: it never raises into the framework (whose own
+    writes are committed); what failed is recorded and logged."""
+    try:
+        return after_commit(store, session_id, records)
+    except StoreError as exc:
+        log.warning("turnlog: session %s: the run-time loop could not run: %s", session_id, exc)
+        return LoopReport(errors=[f"the run-time loop could not run: {exc}"])
+
+
 def finish(
     store: SQLiteStore,
     session_id: str,
@@ -334,4 +344,12 @@ def _shortened(shown: int, total: int) -> str:
     return f"[... {total - shown:,} of {total:,} tokens of this output left out here ...]"
 
 
-__all__ = ["Handlers", "LoopReport", "after_commit", "finish", "get_policy", "set_policy"]
+__all__ = [
+    "Handlers",
+    "LoopReport",
+    "after_adapter_commit",
+    "after_commit",
+    "finish",
+    "get_policy",
+    "set_policy",
+]

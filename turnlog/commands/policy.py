@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from store import RecordedEvent, SessionPolicy, SQLiteStore
+from store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
 from store.events_policy import check_output_mode
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.config import BUILT_IN, ConfigError, load_config
@@ -76,7 +76,7 @@ def as_modes(pairs: Sequence[tuple[str, str]]) -> dict[str, str] | None:
 )
 @click.option("--max-tool-tokens", type=tokens_range(16), help="Threshold and inline cap of a tool output.")
 @click.option(
-    "--keep-last", type=int_range(0, 1_000_000), help="Newest messages run-end compaction keeps raw (20)."
+    "--keep-last", type=int_range(0, MAX_TOKENS), help="Newest messages run-end compaction keeps raw (20)."
 )
 @modes_option(
     "TOOL=MODE, repeatable: simple (cap), auto (a summary by the summarizer) or custom:NAME (a "

@@ -112,14 +112,19 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             events.extend(_usage(message))
         if not events:
             return
+        records: list[RecordedEvent] | None = None
         if self._store.head_version(self.session_id) == 0:
             try:
                 started = SessionStarted(metadata={"framework": FRAMEWORK})
-                self._store.append(self.session_id, [started, *events], expected_version=NO_SESSION)
-                return
+                records = self._store.append(self.session_id, [started, *events], expected_version=NO_SESSION)
             except VersionConflictError:
                 pass  # another writer started the session first: append after it
-        self._store.append(self.session_id, events)
+        if records is None:
+            records = self._store.append(self.session_id, events)
+        if any(isinstance(e, ToolReturned) for e in events):
+            from turnlog.loop import after_adapter_commit  # the session policy's output views
+
+            after_adapter_commit(self._store, self.session_id, records)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         await asyncio.to_thread(self.add_messages, list(messages))

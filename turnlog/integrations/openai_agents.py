@@ -32,6 +32,7 @@ rows to skip (the store verifies its rows), and a rewind cannot be half-applied.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from store import (
     UsageRecorded,
     VersionConflictError,
 )
+from store.events import RunFinished, new_event_id
 from store.rows import gc_paused
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
@@ -236,7 +238,11 @@ class TurnlogSession:
             for e in events
         ]
         # One batch = one atomic append: the SDK's recovery treats a batch as all-or-nothing.
-        self._store.append(self.session_id, events)
+        records = self._store.append(self.session_id, events)
+        if any(isinstance(e, ToolReturned) for e in events):
+            from turnlog.loop import after_adapter_commit  # the session policy's output views
+
+            after_adapter_commit(self._store, self.session_id, records)
 
     async def add_items(self, items: list[Any]) -> None:
         """Append items, all in one atomic append."""
@@ -286,11 +292,12 @@ class TurnlogSession:
                 agent_model if isinstance(agent_model, str) and agent_model else type(agent_model).__name__
             )
         events: list[Event] = []
-        for response in result.raw_responses:
+        for index, response in enumerate(result.raw_responses):
             usage = response.usage
             inputs, outputs = usage.input_tokens_details, usage.output_tokens_details
             events.append(
                 UsageRecorded(
+                    event_id=_stable_id("usage", self.session_id, response.response_id, index),
                     model=model,
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,
@@ -299,14 +306,29 @@ class TurnlogSession:
                     response_id=response.response_id,
                 )
             )
-        if events:
-            self._store.append(self.session_id, events)
-        return len(events)
+        if not events:
+            return 0
+        # The run is over: its end goes with its usage, so the session policy's run-end work runs
+        # (turnlog.loop). Ids follow from the responses: storing the same result twice is a retry
+        # that returns the stored records, never usage billed twice.
+        first = result.raw_responses[0].response_id
+        events.append(
+            RunFinished(event_id=_stable_id("run-end", self.session_id, first, 0), run_id=f"run-{first}")
+        )
+        head = self._store.head_version(self.session_id)
+        records = self._store.append(self.session_id, events)
+        if records and records[0].version > head:  # stored now, not a retry of a stored result
+            from turnlog.loop import after_adapter_commit
+
+            after_adapter_commit(self._store, self.session_id, records)
+        return len(events) - 1
 
     async def store_run_usage(self, result: Any, *, model: str | None = None) -> int:
         """Append one ``usage_recorded`` per model response of a finished run (as the SDK's
-        ``AdvancedSQLiteSession.store_run_usage``), so ``turnlog audit`` shows what was billed; the
-        Session protocol itself never sees usage. Call it once per result. Returns the count."""
+        ``AdvancedSQLiteSession.store_run_usage``), so ``turnlog audit`` shows what was billed, and a
+        ``run_finished``, so the session policy's run-end work runs (``turnlog policy``); the Session
+        protocol itself never sees usage or runs. Storing the same result again stores nothing
+        (event ids follow from the response ids). Returns the count of usage records."""
         return await asyncio.to_thread(self._store_run_usage, result, model)
 
     # -- turnlog's budgeted context and compaction -----------------------------------------------
@@ -388,3 +410,12 @@ def _items_for(message: Any) -> list[Any]:
         for call in message.tool_calls
     )
     return items
+
+
+def _stable_id(kind: str, session_id: str, response_id: str | None, index: int) -> str:
+    """An event id that follows from the session and the provider's response id (a fresh one when
+    the response has none)."""
+    if not response_id:
+        return new_event_id()
+    digest = hashlib.sha256(f"{kind}\0{session_id}\0{response_id}\0{index}".encode()).hexdigest()
+    return f"{kind}-{digest[:32]}"

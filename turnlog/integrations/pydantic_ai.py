@@ -133,10 +133,14 @@ class TurnlogConversationStore(ConversationStore):
             events.append(unattributed)
         events.append(_record_event(record, stored))
         try:
-            self.store.append(session, events, expected_version=head)
+            records = self.store.append(session, events, expected_version=head)
         except VersionConflictError as exc:
             # Another writer saved this conversation between our read and our append.
             raise ConversationConflict(session) from exc
+        if any(isinstance(e, ToolReturned) for e in events):
+            from turnlog.loop import after_adapter_commit  # the session policy's output views
+
+            after_adapter_commit(self.store, session, records)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         stored, head = _latest_record(self.store, conversation_id)
