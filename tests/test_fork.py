@@ -33,7 +33,8 @@ from turnlog.cli import cli
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import SummaryRequest
 
-POLICY = ContextPolicy(budget=100_000)
+POLICY = ContextPolicy(budget=100_000, index=False)
+"""The messages only (the artifact index is checked on its own)."""
 
 
 def contents(built: Any) -> list[str]:
@@ -77,6 +78,8 @@ def test_the_fork_sees_the_prefix_and_only_it(store: SQLiteStore) -> None:
     assert contents(fork) == ["sys", "never delete data", "reading", INTERRUPTED, "fork only"]
     assert [e.category for e in fork.entries][1] == "pinned"  # pinned before the fork, unpinned after it
     assert [a.name for a in list_artifacts(store, "f")] == ["notes.md"]
+    indexed = build_context(store, "f", ContextPolicy(budget=100_000)).messages[1]
+    assert indexed.category == "index" and "notes.md" in indexed.content and "later.md" not in indexed.content
     assert [t.status for t in current_todos(store, "f")] == ["in_progress"]
     parent = build_context(store, "p", POLICY)
     assert "fork only" not in contents(parent) and "late result" in contents(parent)

@@ -348,4 +348,5 @@ def test_cli_import_of_fuzzed_input_is_one_line(
     else:
         assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
         lines = result.output.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+        assert len(lines) == 1, result.output  # --json: the error as one JSON line
+        assert json.loads(lines[0])["exit_code"] == 1 and json.loads(lines[0])["error"], result.output

@@ -104,6 +104,9 @@ def _openai_file(tmp_path: Path) -> str:
     return str(path)
 
 
+HOSTILE_TOOL = "ev\x1b]0;owned\x07il\x9b2J\u202etool"
+"""A tool name as hostile as a name can be (no ``=``, which ends a TOOL=MODE's name)."""
+
 ENVELOPE = json.dumps({"module": "history", "method": "read", "input": {"mode": "tail", "n": 20}})
 
 
@@ -139,6 +142,8 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         (["compact", SID, "--budget", "300", "--keep-last", "1", "--dry-run"], None),
         (["compact", SID, "--budget", "300", "--keep-last", "1", "--allow-over-budget"], None),
         (["summaries", SID], None),
+        (["policy", SID, "--tool-output-mode", f"{HOSTILE_TOOL}=auto", "--budget", "4000"], None),
+        (["policy", SID], None),
         (["export", SID], None),
         (["export", SID, "--format", "openai"], None),
         (["export", SID, "--format", "anthropic"], None),

@@ -161,11 +161,9 @@ def test_a_retry_with_other_input_is_refused(db: Path) -> None:
     assert _call(db, SID, "call_1", write).returncode == 0
     count = events(db)
     other = _call(db, SID, "call_1", write.replace('"a"', '"b"'))
-    assert other.returncode == 1 and "Traceback" not in other.stderr
-    assert (
-        other.stderr.startswith("Error: tool call 'call_1'")
-        and "already answered for another input" in other.stderr
-    )
+    assert other.returncode == 1 and other.stderr == ""  # --json: the error is JSON on stdout
+    error = json.loads(other.stdout)["error"]
+    assert error.startswith("tool call 'call_1'") and "already answered for another input" in error
     assert events(db) == count
 
 

@@ -50,15 +50,15 @@ class _Group(click.Group):
 
 
 class _JsonError(click.ClickException):
-    """An error of a command run with --json: ``{"error": ..., "exit_code": ...}`` on standard
-    output, so a script reads every answer as JSON; the exit status is the error's."""
+    """An error of a command run with --json: ``{"error": ..., "exit_code": ...}`` on one line of
+    standard output, so a script reads every answer as JSON; the exit status is the error's."""
 
     def __init__(self, exc: click.ClickException) -> None:
         super().__init__(exc.format_message())
         self.exit_code = exc.exit_code  # type: ignore[misc]  # click declares it on the class
 
     def show(self, file: Any = None) -> None:
-        click.echo(dumps({"error": self.message, "exit_code": self.exit_code}))
+        click.echo(dumps({"error": self.message, "exit_code": self.exit_code}, indent=None))
 
 
 def _escaped(exc: click.ClickException) -> click.ClickException:
