@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
@@ -98,15 +98,8 @@ class RuntimeProjection(Projection):
 def session_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> SessionPolicy:
     """The session's policy as its newest live ``policy_set`` at or before ``at`` left it (all fields
     unset when there is none)."""
-    _caught_up(store)
-    through = 2**62 if at is None else at
-    with store.reading() as conn:
-        row = conn.execute(
-            "SELECT policy FROM rt_policies p WHERE session_id = ? AND position <= ? "
-            f"AND {live_condition('p')} ORDER BY version DESC LIMIT 1",
-            (session_id, through, through, through),
-        ).fetchone()
-    return SessionPolicy() if row is None else SessionPolicy.model_validate_json(row[0])
+    rows = _live(store, "rt_policies", "policy", session_id, at, "version DESC LIMIT 1")
+    return SessionPolicy() if not rows else SessionPolicy.model_validate_json(rows[0][0])
 
 
 def condensed_outputs(
@@ -114,18 +107,27 @@ def condensed_outputs(
 ) -> dict[str, list[Condensed]]:
     """The live condensed views of the session's outputs at or before ``at``, by output event id,
     oldest first."""
+    columns = "target_event_id, mode, name, key, version, event_id"
+    found: dict[str, list[Condensed]] = {}
+    for target, mode, name, key, version, event_id in _live(
+        store, "rt_condensed", columns, session_id, at, "position"
+    ):
+        found.setdefault(target, []).append(Condensed(target, mode, name, key, int(version), event_id))
+    return found
+
+
+def _live(
+    store: SQLiteStore, table: str, columns: str, session_id: str, at: int | None, order: str
+) -> list[tuple[Any, ...]]:
+    """``columns`` of the session's live rows of ``table`` at or before global position ``at``."""
     _caught_up(store)
     through = 2**62 if at is None else at
     with store.reading() as conn:
-        rows = conn.execute(
-            "SELECT target_event_id, mode, name, key, version, event_id FROM rt_condensed c "
-            f"WHERE session_id = ? AND position <= ? AND {live_condition('c')} ORDER BY position",
+        return conn.execute(
+            f"SELECT {columns} FROM {table} t WHERE session_id = ? AND position <= ? "
+            f"AND {live_condition('t')} ORDER BY {order}",
             (session_id, through, through, through),
         ).fetchall()
-    found: dict[str, list[Condensed]] = {}
-    for target, mode, name, key, version, event_id in rows:
-        found.setdefault(target, []).append(Condensed(target, mode, name, key, int(version), event_id))
-    return found
 
 
 def _caught_up(store: SQLiteStore) -> None:

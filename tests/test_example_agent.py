@@ -258,23 +258,3 @@ def test_the_fake_model_is_offered_the_turnlog_tool(agent: ModuleType, tmp_path:
         "run_tests",
         "edit_file",
     ]
-
-
-def test_import_turnlog_gives_an_agent_author_everything_lazily() -> None:
-    code = (
-        "import sys, turnlog\n"
-        "assert 'turnlog.tool' not in sys.modules\n"
-        "import projections.context as pc\n"
-        "assert turnlog.ContextBudgetError is pc.ContextBudgetError\n"
-        "assert turnlog.BuiltContext is pc.BuiltContext\n"
-        "names = {'session', 'SessionRecorder', 'open_store', 'build_context', 'ContextPolicy',\n"
-        "         'ContextBudgetError', 'tool_definition', 'invoke_tool', 'call_tool', 'ToolResult'}\n"
-        "assert names <= set(turnlog.__all__), names - set(turnlog.__all__)\n"
-        "assert all(getattr(turnlog, name) is not None for name in names)\n"
-        "print('ok')\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"

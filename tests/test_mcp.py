@@ -335,8 +335,11 @@ def test_import_turnlog_exposes_the_tool_and_context_api_lazily() -> None:
     code = (
         "import sys, turnlog\n"
         "light = [m for m in ('turnlog.tool', 'mcp', 'turnlog.mcp_server') if m in sys.modules]\n"
-        "import projections.context as pc, turnlog.tool as tool\n"
+        "import projections.context as pc, turnlog.tool as tool, turnlog.loop as loop\n"
         "assert turnlog.build_context is pc.build_context and turnlog.ContextPolicy is pc.ContextPolicy\n"
+        "assert turnlog.ContextBudgetError is pc.ContextBudgetError\n"
+        "assert turnlog.BuiltContext is pc.BuiltContext\n"
+        "assert turnlog.set_policy is loop.set_policy and turnlog.Handlers is loop.Handlers\n"
         "assert turnlog.tool is tool and turnlog.call_tool is tool.call\n"
         "assert turnlog.invoke_tool is tool.invoke\n"
         "assert turnlog.tool_definition is tool.tool_definition and turnlog.ToolResult is tool.ToolResult\n"
