@@ -207,7 +207,7 @@ def test_valid_todo_lists_that_crashed_the_old_script(
 
 
 TODO_ENTRY = st.fixed_dictionaries(
-    {"content": st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s)},
+    {"content": st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s and s.strip() != "")},
     optional={"status": st.sampled_from(["pending", "in_progress", "completed"])},
 )
 
