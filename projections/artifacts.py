@@ -32,6 +32,7 @@ from store import (
     UnknownArtifactError,
     load_tokenizer,
 )
+from store.dialect import dialect_of
 
 ABSTRACT_CHARS = 120
 """Characters of content (whitespace collapsed) kept as an artifact's abstract."""
@@ -132,8 +133,10 @@ class ArtifactsProjection(Projection):
     types: ClassVar[tuple[str, ...] | None] = ("artifact_written", "tool_returned", "session_started")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.artifacts (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.artifacts (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
@@ -151,10 +154,11 @@ class ArtifactsProjection(Projection):
                 lines INTEGER NOT NULL,
                 abstract TEXT NOT NULL,
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.artifacts_by_id ON artifacts (artifact_id)
-            """.split(";"):
-            conn.execute(statement)
+            );
+            CREATE INDEX artifacts_by_id ON {schema}.artifacts (artifact_id)
+            """,
+            schema,
+        )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
         tokenizer: Tokenizer | None = None

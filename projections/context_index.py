@@ -20,6 +20,7 @@ from store import (
     SummaryRecorded,
     ToolReturned,
 )
+from store.dialect import dialect_of
 
 
 @dataclass(slots=True)
@@ -47,8 +48,10 @@ class ContextIndex(Projection):
     )
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_messages (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.ctx_messages (
                 session_id TEXT NOT NULL,
                 version INTEGER NOT NULL,
                 position INTEGER NOT NULL,
@@ -61,34 +64,34 @@ class ContextIndex(Projection):
                 cum_messages INTEGER NOT NULL,  -- messages in the session up to this one
                 cum_tokens INTEGER NOT NULL,    -- their stored tokens
                 PRIMARY KEY (session_id, version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_messages_retained
-                ON ctx_messages (session_id, version) WHERE role = 'system' OR first_user = 1;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_calls (
+            );
+            CREATE INDEX ctx_messages_retained
+                ON {schema}.ctx_messages (session_id, version) WHERE role = 'system' OR first_user = 1;
+            CREATE TABLE {schema}.ctx_calls (
                 session_id TEXT NOT NULL,
                 call_id TEXT NOT NULL,
                 call_version INTEGER NOT NULL,
                 return_version INTEGER,          -- the first return that answered it
                 return_position INTEGER,
                 PRIMARY KEY (session_id, call_id, call_version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_pins (
+            );
+            CREATE TABLE {schema}.ctx_pins (
                 session_id TEXT NOT NULL,
                 target_version INTEGER NOT NULL,
                 pinned_at INTEGER NOT NULL,      -- position of the pin
                 unpinned_at INTEGER,             -- position of the unpin, if any
                 reason TEXT,
                 PRIMARY KEY (session_id, target_version, pinned_at)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_runs (
+            );
+            CREATE TABLE {schema}.ctx_runs (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 started_position INTEGER NOT NULL,
                 started_version INTEGER NOT NULL,
                 finished_position INTEGER,
                 PRIMARY KEY (session_id, started_position)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_summaries (
+            );
+            CREATE TABLE {schema}.ctx_summaries (
                 session_id TEXT NOT NULL,
                 version INTEGER NOT NULL,        -- the summary event's own version
                 position INTEGER NOT NULL,
@@ -100,12 +103,13 @@ class ContextIndex(Projection):
                 key TEXT NOT NULL,
                 superseded_at INTEGER,           -- position of a later summary covering its range
                 PRIMARY KEY (session_id, version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_key ON ctx_summaries (key);
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_active
-                ON ctx_summaries (session_id, superseded_at)
-            """.split(";"):
-            conn.execute(statement)
+            );
+            CREATE INDEX ctx_summaries_key ON {schema}.ctx_summaries (key);
+            CREATE INDEX ctx_summaries_active
+                ON {schema}.ctx_summaries (session_id, superseded_at)
+            """,
+            schema,
+        )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
         states: dict[str, _SessionState] = {}
@@ -119,7 +123,8 @@ class ContextIndex(Projection):
                     (session_id,),
                 ).fetchone()
                 first = conn.execute(
-                    "SELECT 1 FROM ctx_messages INDEXED BY ctx_messages_retained WHERE session_id = ? "
+                    f"SELECT 1 FROM ctx_messages {dialect_of(conn).hint('ctx_messages_retained')} "
+                    "WHERE session_id = ? "
                     "AND (role = 'system' OR first_user = 1) AND first_user = 1",
                     (session_id,),
                 ).fetchone()
@@ -148,7 +153,8 @@ class ContextIndex(Projection):
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens)
                 )  # fmt: skip
                 conn.executemany(
-                    "INSERT OR IGNORE INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?)",
+                    "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
                     [(sid, call.id, record.version) for call in calls],
                 )
                 if event.pinned is not None:

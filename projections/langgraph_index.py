@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from projections.materialize import Projection
 from store import RecordedEvent, SessionRewound, StateRecorded
+from store.dialect import dialect_of
 
 __all__ = [
     "CHECKPOINT_MEDIA",
@@ -60,8 +61,10 @@ class LangGraphIndex(Projection):
     types: ClassVar[tuple[str, ...] | None] = ("state_recorded", "session_rewound")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.lg_checkpoints (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.lg_checkpoints (
                 session_id TEXT NOT NULL,
                 namespace TEXT NOT NULL,
                 checkpoint_id TEXT NOT NULL,
@@ -69,8 +72,8 @@ class LangGraphIndex(Projection):
                 version INTEGER NOT NULL,      -- of the checkpoint's state_recorded
                 metadata TEXT NOT NULL,        -- LangGraph's metadata, JSON (what list() filters on)
                 PRIMARY KEY (session_id, namespace, checkpoint_id)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.lg_writes (
+            );
+            CREATE TABLE {schema}.lg_writes (
                 session_id TEXT NOT NULL,
                 namespace TEXT NOT NULL,
                 checkpoint_id TEXT NOT NULL,
@@ -81,9 +84,10 @@ class LangGraphIndex(Projection):
                 item INTEGER NOT NULL,         -- the write's index in that event
                 task_path TEXT NOT NULL,
                 PRIMARY KEY (session_id, namespace, checkpoint_id, task_id, idx)
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
@@ -96,7 +100,10 @@ class LangGraphIndex(Projection):
                 meta: Mapping[str, Any] = event.metadata or {}
                 if event.media_type.startswith(CHECKPOINT_MEDIA):
                     conn.execute(
-                        "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (session_id, namespace, checkpoint_id) DO UPDATE SET "
+                        "parent_id = excluded.parent_id, version = excluded.version, "
+                        "metadata = excluded.metadata",
                         (
                             sid,
                             event.namespace,

@@ -26,6 +26,7 @@ from store import (
     SummaryRecorded,
     UsageRecorded,
 )
+from store.dialect import dialect_of
 
 NONE = ""
 """Stored in a key column for "no run" or "no model" (key columns cannot be NULL); reported as None."""
@@ -78,8 +79,10 @@ class Ledger(Projection):
     types: ClassVar[tuple[str, ...] | None] = None  # every event adds (possibly zero) tokens
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_usage (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.ledger_usage (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,            -- '' when none
                 model TEXT NOT NULL,
@@ -92,8 +95,8 @@ class Ledger(Projection):
                 cache_write INTEGER NOT NULL,
                 reasoning INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, model, day, category)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_appended (
+            );
+            CREATE TABLE {schema}.ledger_appended (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 day TEXT NOT NULL,
@@ -101,8 +104,8 @@ class Ledger(Projection):
                 events INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, day, event_type)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_sent (
+            );
+            CREATE TABLE {schema}.ledger_sent (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 model TEXT NOT NULL,             -- the manifest's model, '' when none
@@ -112,8 +115,8 @@ class Ledger(Projection):
                 entries INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, model, day, category)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_contexts (
+            );
+            CREATE TABLE {schema}.ledger_contexts (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 model TEXT NOT NULL,
@@ -121,13 +124,14 @@ class Ledger(Projection):
                 contexts INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,         -- sum of total_tokens
                 PRIMARY KEY (session_id, run_id, model, day)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_runs (
+            );
+            CREATE TABLE {schema}.ledger_runs (
                 session_id TEXT PRIMARY KEY,
                 run_id TEXT NOT NULL
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
         # Summed in memory, then added to the stored rows: sums do not depend on how the log is cut

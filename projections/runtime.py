@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
 from store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
+from store.dialect import dialect_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,20 +40,23 @@ class RuntimeProjection(Projection):
     types: ClassVar[tuple[str, ...] | None] = ("policy_set", "output_condensed", "session_started")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.rt_policies (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.rt_policies (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
                 policy TEXT NOT NULL,           -- the SessionPolicy as JSON
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.rt_condensed (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.rt_condensed (
                 session_id TEXT NOT NULL,
                 target_event_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
@@ -62,8 +66,9 @@ class RuntimeProjection(Projection):
                 key TEXT NOT NULL,
                 event_id TEXT NOT NULL,
                 PRIMARY KEY (session_id, target_event_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:

@@ -19,6 +19,7 @@ from store import (
     StoreError,
     ToolReturned,
 )
+from store.dialect import dialect_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +97,10 @@ class SessionsProjection(Projection):
     types: ClassVar[tuple[str, ...] | None] = None  # every event counts towards the totals
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.sess_sessions (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.sess_sessions (
                 session_id TEXT PRIMARY KEY,
                 title TEXT,
                 model TEXT,
@@ -114,10 +117,10 @@ class SessionsProjection(Projection):
                 tokens INTEGER NOT NULL,
                 last_position INTEGER NOT NULL,
                 last_recorded_at TEXT NOT NULL
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.sess_sessions_first
-                ON sess_sessions (first_position);
-            CREATE TABLE IF NOT EXISTS {schema}.sess_history (
+            );
+            CREATE INDEX sess_sessions_first
+                ON {schema}.sess_sessions (first_position);
+            CREATE TABLE {schema}.sess_history (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,       -- the event's global position
                 recorded_at TEXT NOT NULL,
@@ -129,9 +132,10 @@ class SessionsProjection(Projection):
                 tool_returns INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
         states: dict[str, _State] = {}

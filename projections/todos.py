@@ -16,6 +16,7 @@ from projections.artifacts import InvalidArgumentError
 from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
 from store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
+from store.dialect import dialect_of
 from store.events import describe_validation_error
 
 STATUSES = ("pending", "in_progress", "completed")
@@ -158,18 +159,20 @@ class TodosProjection(Projection):
     types: ClassVar[tuple[str, ...] | None] = ("todos_updated", "session_started")
 
     def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.todos (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.todos (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
                 event_id TEXT NOT NULL,
                 recorded_at TEXT NOT NULL,
-                items TEXT NOT NULL,            -- JSON list of {{id, content, status}}, in order
+                items TEXT NOT NULL,            -- JSON list of {id, content, status}, in order
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
 
     def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:

@@ -1,0 +1,158 @@
+"""What differs between the databases behind a store, kept in ``store/`` so that nothing above it writes
+dialect SQL: projections write their tables in one neutral form and portable statements, and ask the
+connection's dialect for the rest.
+
+The neutral DDL form: ``CREATE TABLE {schema}.name (... standard column types TEXT / INTEGER / BLOB /
+REAL ..., PRIMARY KEY (...))`` and ``CREATE INDEX name ON {schema}.table (columns) [WHERE ...]``,
+statements separated by ``;``, ``--`` comments allowed. Each dialect renders it: SQLite adds ``IF NOT
+EXISTS`` and ``STRICT, WITHOUT ROWID`` (a table with a primary key) and puts the schema on the index
+name; PostgreSQL makes integers ``BIGINT`` and blobs ``BYTEA``. Portable statements need nothing:
+``INSERT ... ON CONFLICT DO NOTHING`` and ``ON CONFLICT (key) DO UPDATE SET c = excluded.c`` mean the
+same on both."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any, Protocol
+
+_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+(\S+?)\.(\w+)\s*\(", re.IGNORECASE)
+_INDEX = re.compile(
+    r"^\s*CREATE\s+(UNIQUE\s+)?INDEX\s+(\w+)\s+ON\s+(\S+?)\.(\w+)\s*(\(.*)$", re.IGNORECASE | re.DOTALL
+)
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+class Dialect(Protocol):
+    """How one database spells what projections need beyond portable SQL."""
+
+    name: str
+    main: str
+    """The schema of the store's own tables."""
+    scratch: str
+    """A schema for scratch copies whose tables hide the store's (verify's fresh rebuild)."""
+
+    def create(self, conn: Any, ddl: str, schema: str) -> None:
+        """Create the tables and indexes of ``ddl`` (the neutral form) in ``schema``, if missing."""
+
+    def hint(self, index: str) -> str:
+        """A clause after a table name that makes the planner use ``index`` ('' where not needed)."""
+
+    def columns(self, conn: Any, schema: str, table: str) -> list[str]:
+        """A table's column names, in order."""
+
+    def tables(self, conn: Any, schema: str) -> set[str]:
+        """The tables of a schema."""
+
+
+def statements(ddl: str) -> list[str]:
+    """The statements of a neutral DDL script, comments removed."""
+    return [s.strip() for s in _COMMENT.sub("", ddl).split(";") if s.strip()]
+
+
+class SQLiteDialect:
+    """SQLite: STRICT tables, WITHOUT ROWID for a primary-keyed table, schemas ``main`` and ``temp``."""
+
+    name = "sqlite"
+    main = "main"
+    """The schema of the store's own tables."""
+    scratch = "temp"
+    """The schema a verify rebuilds projections into (temp tables hide main ones of the same name)."""
+
+    def render(self, ddl: str, schema: str) -> list[str]:
+        out: list[str] = []
+        for statement in statements(ddl.replace("{schema}", schema)):
+            table = _TABLE.match(statement)
+            index = _INDEX.match(statement)
+            if table is not None:
+                options = "STRICT, WITHOUT ROWID" if "PRIMARY KEY" in statement.upper() else "STRICT"
+                out.append(
+                    _TABLE.sub(r"CREATE TABLE IF NOT EXISTS \1.\2 (", statement, count=1) + f" {options}"
+                )
+            elif index is not None:
+                unique, name, where, table_name, rest = index.groups()
+                out.append(f"CREATE {unique or ''}INDEX IF NOT EXISTS {where}.{name} ON {table_name} {rest}")
+            else:
+                raise ValueError(f"not a neutral CREATE TABLE / CREATE INDEX statement: {statement[:80]!r}")
+        return out
+
+    def create(self, conn: sqlite3.Connection, ddl: str, schema: str) -> None:
+        for statement in self.render(ddl, schema):
+            conn.execute(statement)
+
+    def hint(self, index: str) -> str:
+        # SQLite does not always choose a partial index on its own (an OR, for one).
+        return f"INDEXED BY {index}"
+
+    def columns(self, conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
+        return [str(row[1]) for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+
+    def tables(self, conn: sqlite3.Connection, schema: str) -> set[str]:
+        master = "sqlite_temp_master" if schema == "temp" else f"{schema}.sqlite_master"
+        return {str(row[0]) for row in conn.execute(f"SELECT name FROM {master} WHERE type = 'table'")}
+
+
+SQLITE = SQLiteDialect()
+
+
+class PostgresDialect:
+    """PostgreSQL: 64-bit integers, bytea, the index name without a schema; one per store schema."""
+
+    def __init__(self, main: str = "turnlog") -> None:
+        self.main = main
+        """The schema of the store's own tables."""
+
+    name = "postgresql"
+    scratch = "pg_temp"
+    """The schema a verify rebuilds projections into (the session's temporary schema)."""
+
+    def render(self, ddl: str, schema: str) -> list[str]:
+        out: list[str] = []
+        for statement in statements(ddl.replace("{schema}", schema)):
+            table = _TABLE.match(statement)
+            index = _INDEX.match(statement)
+            if table is not None:
+                body = _TABLE.sub(r"CREATE TABLE IF NOT EXISTS \1.\2 (", statement, count=1)
+                body = re.sub(r"\bINTEGER\b", "BIGINT", body)
+                body = re.sub(r"\bBLOB\b", "BYTEA", body)
+                out.append(re.sub(r"\bREAL\b", "DOUBLE PRECISION", body))
+            elif index is not None:
+                unique, name, where, table_name, rest = index.groups()
+                out.append(f"CREATE {unique or ''}INDEX IF NOT EXISTS {name} ON {where}.{table_name} {rest}")
+            else:
+                raise ValueError(f"not a neutral CREATE TABLE / CREATE INDEX statement: {statement[:80]!r}")
+        return out
+
+    def create(self, conn: Any, ddl: str, schema: str) -> None:
+        for statement in self.render(ddl, schema):
+            conn.execute(statement)
+
+    def hint(self, index: str) -> str:
+        return ""
+
+    def columns(self, conn: Any, schema: str, table: str) -> list[str]:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (schema, table),
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def tables(self, conn: Any, schema: str) -> set[str]:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchall()
+        return {str(row[0]) for row in rows}
+
+
+def dialect_of(conn: Any) -> SQLiteDialect | PostgresDialect:
+    """The dialect of a connection a store handed out."""
+    found = getattr(conn, "turnlog_dialect", None)
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    if isinstance(conn, sqlite3.Connection):
+        return SQLITE
+    raise TypeError(f"not a turnlog store connection: {type(conn).__name__}")
+
+
+__all__ = ["SQLITE", "Dialect", "PostgresDialect", "SQLiteDialect", "dialect_of", "statements"]
