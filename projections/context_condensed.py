@@ -8,16 +8,14 @@ from __future__ import annotations
 from projections.capping import MIN_CAP, Capped, cap_text
 from projections.context_capping import cached_capped
 from projections.runtime import Condensed, condensed_outputs, session_policy
-from store import OutputCondensed, SessionPolicy, SQLiteStore
+from store import OutputCondensed, SessionPolicy, Store
 
 
 class CondensedViews:
     """The condensed views one build may show: read once per build, and only when an output over the
     cap asks for one."""
 
-    def __init__(
-        self, store: SQLiteStore, session_id: str, at: int, overrides: dict[str, str] | None
-    ) -> None:
+    def __init__(self, store: Store, session_id: str, at: int, overrides: dict[str, str] | None) -> None:
         self.store = store
         self.session_id = session_id
         self.at = at
@@ -54,7 +52,7 @@ class CondensedViews:
 
 
 def condensed_content(
-    store: SQLiteStore, view: OutputCondensed, view_id: str, ref: str, *, is_artifact: bool, cap: int
+    store: Store, view: OutputCondensed, view_id: str, ref: str, *, is_artifact: bool, cap: int
 ) -> Capped | None:
     """The condensed text under a header that says what it is and where the full output is, in at
     most ``cap`` tokens (the text capped when it must be); None when the cap leaves no room for it."""

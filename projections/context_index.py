@@ -4,7 +4,6 @@ context builder read only the retained messages and the tail, whatever the sessi
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -20,7 +19,7 @@ from store import (
     SummaryRecorded,
     ToolReturned,
 )
-from store.dialect import dialect_of
+from store.dialect import Connection, dialect_of
 
 
 @dataclass(slots=True)
@@ -47,7 +46,7 @@ class ContextIndex(Projection):
         "session_started",
     )
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         dialect_of(conn).create(
             conn,
             """
@@ -111,7 +110,7 @@ class ContextIndex(Projection):
             schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         states: dict[str, _SessionState] = {}
 
         def state(session_id: str) -> _SessionState:
@@ -223,7 +222,7 @@ class ContextIndex(Projection):
         _flush(conn, rows)
 
 
-def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> None:
     """A fork's index starts as its parent's was at the fork: rows up to the fork version, and what
     happened later in the parent (a return, an unpin, a run's end, a newer summary) undone."""
     parent, version, position = fork
@@ -242,13 +241,13 @@ def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: st
     copy_rows(conn, "ctx_summaries", parent, child, "position <= ?", (position,), overrides=superseded)
 
 
-def _flush(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+def _flush(conn: Connection, rows: list[tuple[object, ...]]) -> None:
     if rows:
         conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         rows.clear()
 
 
-def _pin(conn: sqlite3.Connection, sid: str, version: int, position: int, reason: str | None) -> None:
+def _pin(conn: Connection, sid: str, version: int, position: int, reason: str | None) -> None:
     already = conn.execute(
         "SELECT 1 FROM ctx_pins WHERE session_id = ? AND target_version = ? AND unpinned_at IS NULL",
         (sid, version),
@@ -261,7 +260,7 @@ def _pin(conn: sqlite3.Connection, sid: str, version: int, position: int, reason
 
 
 def _target_version(
-    conn: sqlite3.Connection, sid: str, event_id: str, pending: list[tuple[object, ...]]
+    conn: Connection, sid: str, event_id: str, pending: list[tuple[object, ...]]
 ) -> int | None:
     _flush(conn, pending)
     row = conn.execute(

@@ -11,7 +11,7 @@ from typing import Any
 
 from projections.context_types import ContextPolicy, role_costs
 from projections.live_index import dead_ranges, is_dead
-from store import RecordedEvent, SQLiteStore
+from store import RecordedEvent, Store
 from store.dialect import dialect_of
 
 
@@ -48,7 +48,7 @@ class ContextReader:
     """Reads for one build of one session as of one position."""
 
     def __init__(
-        self, store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int, head_version: int
+        self, store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int
     ) -> None:
         self.store = store
         self.sid = session_id

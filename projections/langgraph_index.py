@@ -12,13 +12,12 @@ rewinds (LangGraph time travel) change nothing here: LangGraph still lists every
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from projections.materialize import Projection
 from store import RecordedEvent, SessionRewound, StateRecorded
-from store.dialect import dialect_of
+from store.dialect import Connection, dialect_of
 
 __all__ = [
     "CHECKPOINT_MEDIA",
@@ -60,7 +59,7 @@ class LangGraphIndex(Projection):
     tables: ClassVar[tuple[str, ...]] = ("lg_checkpoints", "lg_writes")
     types: ClassVar[tuple[str, ...] | None] = ("state_recorded", "session_rewound")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         dialect_of(conn).create(
             conn,
             """
@@ -89,7 +88,7 @@ class LangGraphIndex(Projection):
             schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event, sid = record.event, record.session_id
             if isinstance(event, SessionRewound):
@@ -147,7 +146,7 @@ def _where_value(value: Any) -> tuple[str, Any]:
 
 
 def find_checkpoints(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     session_id: str | None,
     namespace: str | None = None,
@@ -185,9 +184,7 @@ def find_checkpoints(
     return [tuple(row) for row in conn.execute(sql, params)]
 
 
-def writes_of(
-    conn: sqlite3.Connection, session_id: str, namespace: str, checkpoint_id: str
-) -> list[WriteRow]:
+def writes_of(conn: Connection, session_id: str, namespace: str, checkpoint_id: str) -> list[WriteRow]:
     """A checkpoint's pending writes (unordered: the caller sorts them as LangGraph does)."""
     return [
         tuple(row)
@@ -199,7 +196,7 @@ def writes_of(
     ]
 
 
-def has_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+def has_rows(conn: Connection, session_id: str) -> bool:
     """Whether the session holds any checkpoint or pending write (what ``delete_thread`` forgets)."""
     return any(
         conn.execute(f"SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1", (session_id,)).fetchone()

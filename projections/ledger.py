@@ -8,7 +8,6 @@ the tokens of an ``output_condensed``)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
@@ -21,12 +20,12 @@ from store import (
     RecordedEvent,
     RunFinished,
     RunStarted,
-    SQLiteStore,
+    Store,
     StoreError,
     SummaryRecorded,
     UsageRecorded,
 )
-from store.dialect import dialect_of
+from store.dialect import Connection, dialect_of
 
 NONE = ""
 """Stored in a key column for "no run" or "no model" (key columns cannot be NULL); reported as None."""
@@ -78,7 +77,7 @@ class Ledger(Projection):
     )
     types: ClassVar[tuple[str, ...] | None] = None  # every event adds (possibly zero) tokens
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         dialect_of(conn).create(
             conn,
             """
@@ -133,7 +132,7 @@ class Ledger(Projection):
             schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         # Summed in memory, then added to the stored rows: sums do not depend on how the log is cut
         # into batches, which keeps incremental catch-up equal to a rebuild.
         runs: dict[str, str] = {}
@@ -287,7 +286,7 @@ _DIMENSIONS: dict[str, str] = {"session": "session_id", "run": "run_id", "model"
 
 
 def audit(
-    store: SQLiteStore,
+    store: Store,
     session_id: str | None = None,
     by: Grouping = "session",
     prices: PriceTable | None = None,
@@ -340,7 +339,7 @@ def audit(
 
 
 def _gather(
-    conn: sqlite3.Connection,
+    conn: Connection,
     dimension: str | None,
     where: str,
     params: tuple[Any, ...],
@@ -437,7 +436,7 @@ def _add(sums: dict[K, list[int]], key: K, *values: int) -> None:
 
 
 def _upsert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: str,
     keys: tuple[str, ...],
     sums: tuple[str, ...],

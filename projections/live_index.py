@@ -10,13 +10,12 @@ the tests check that both give the same live set at every version."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import ClassVar
 
 from projections.materialize import Projection, copy_rows, fork_of
 from store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
-from store.dialect import dialect_of
+from store.dialect import Connection, dialect_of
 
 Gap = tuple[int, int]
 """A range of versions (first, last), both included."""
@@ -36,7 +35,7 @@ class LiveIndex(Projection):
         "message_removed",
     )
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         dialect_of(conn).create(
             conn,
             """
@@ -69,7 +68,7 @@ class LiveIndex(Projection):
             schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event = record.event
             sid = record.session_id
@@ -95,7 +94,7 @@ class LiveIndex(Projection):
                 _rewind(conn, record, event)
 
 
-def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemoved) -> None:
+def _remove(conn: Connection, record: RecordedEvent, event: MessageRemoved) -> None:
     sid = record.session_id
     dead = dead_ranges(conn, sid, record.position)
     versions: set[int] = set()
@@ -122,7 +121,7 @@ def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemov
     )
 
 
-def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewound) -> None:
+def _rewind(conn: Connection, record: RecordedEvent, event: SessionRewound) -> None:
     sid, position = record.session_id, record.position
     then = _position_of(conn, sid, event.to_version)
     # Ranges holding now that did not hold at T: live again (any part above T is covered below).
@@ -145,7 +144,7 @@ def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewou
     )
 
 
-def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
+def _position_of(conn: Connection, sid: str, version: int) -> int:
     """The position of a session's version, through its fork parents (0 for version 0)."""
     while version > 0:
         fork = conn.execute("SELECT parent, version FROM live_forks WHERE session_id = ?", (sid,)).fetchone()
@@ -158,7 +157,7 @@ def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
     return 0
 
 
-def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> None:
     """A fork's live set starts as its parent's was at the fork."""
     parent, version, position = fork
     conn.execute(
@@ -179,7 +178,7 @@ def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: st
     copy_rows(conn, "live_answers", parent, child, "return_version <= ?", (version,))
 
 
-def dead_ranges(conn: sqlite3.Connection, session_id: str, at: int) -> list[Gap]:
+def dead_ranges(conn: Connection, session_id: str, at: int) -> list[Gap]:
     """The session's versions that are not live as of position ``at``, as sorted disjoint ranges."""
     found = sorted(
         (int(lo), int(hi))

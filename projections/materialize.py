@@ -13,13 +13,12 @@ read sees the rows as a catch-up would have written them."""
 from __future__ import annotations
 
 import abc
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
-from store.dialect import dialect_of
+from store import CorruptStoreError, RecordedEvent, SessionStarted, Store
+from store.dialect import Connection, dialect_of
 from store.sqlite import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
@@ -39,16 +38,16 @@ class Projection(abc.ABC):
     """The event types it needs (None: all)."""
 
     @abc.abstractmethod
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         """Create its tables and indexes, if missing, in ``schema`` (the store's own, or the
         dialect's scratch schema for the fresh copy verify builds: scratch tables hide the store's
         tables of the same name). Written in the neutral DDL form of store.dialect."""
 
     @abc.abstractmethod
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         """Apply these events (of its ``types``, in log order, none applied before) to its rows."""
 
-    def snapshot(self, conn: sqlite3.Connection, schema: str = "main") -> dict[str, list[tuple[Any, ...]]]:
+    def snapshot(self, conn: Connection, schema: str = "main") -> dict[str, list[tuple[Any, ...]]]:
         """Its whole contents, in a canonical order: what verify and the tests compare."""
         result = {}
         for table in self.tables:
@@ -72,7 +71,7 @@ Progress = Callable[[int, int], None]
 class Materializer:
     """Keeps a set of projections up to date in the store's file."""
 
-    def __init__(self, store: SQLiteStore, projections: Iterable[Projection]) -> None:
+    def __init__(self, store: Store, projections: Iterable[Projection]) -> None:
         self.store = store
         self.projections = list(projections)
         self._ready = False
@@ -109,7 +108,7 @@ class Materializer:
         with self.store.reading() as conn:
             return self._position(conn, projection)
 
-    def _position(self, conn: sqlite3.Connection, projection: Projection) -> int:
+    def _position(self, conn: Connection, projection: Projection) -> int:
         if not self.store.readonly:
             return _checkpoint(conn, projection)
         folded = self._folded.get(projection.name)
@@ -118,7 +117,7 @@ class Materializer:
         stored = _stored_checkpoint(conn, projection)
         return 0 if stored is None else stored
 
-    def apply_within(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> bool:
+    def apply_within(self, conn: Connection, records: Sequence[RecordedEvent]) -> bool:
         """Inside an append's transaction (a :meth:`store.SQLiteStore.within_append` hook): apply
         the records it just inserted, with their token counts, to every projection, so they
         commit together and the append costs one commit. Only when everything before them is
@@ -343,7 +342,7 @@ class Materializer:
         return problems
 
 
-def fork_of(conn: sqlite3.Connection, record: RecordedEvent) -> tuple[str, int, int] | None:
+def fork_of(conn: Connection, record: RecordedEvent) -> tuple[str, int, int] | None:
     """For a fork's ``session_started``: (parent session, fork version, position of that version).
     Projections copy their parent's rows as of that position, so a fork sees its prefix."""
     event = record.event
@@ -356,7 +355,7 @@ def fork_of(conn: sqlite3.Connection, record: RecordedEvent) -> tuple[str, int, 
 
 
 def copy_rows(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: str,
     parent: str,
     child: str,
@@ -387,7 +386,7 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
     return tuple(sorted(wanted))
 
 
-def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: int) -> None:
+def _set_checkpoint(conn: Connection, projection: Projection, position: int) -> None:
     conn.execute(
         "INSERT INTO projection_checkpoints (name, version, position) VALUES (?, ?, ?) "
         "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
@@ -395,7 +394,7 @@ def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: 
     )
 
 
-def _stored_checkpoint(conn: sqlite3.Connection, projection: Projection) -> int | None:
+def _stored_checkpoint(conn: Connection, projection: Projection) -> int | None:
     """The position the file's rows of a projection have applied, or None when they cannot be used
     (tables missing, or written by another version of the projection)."""
     dialect = dialect_of(conn)
@@ -411,7 +410,7 @@ def _stored_checkpoint(conn: sqlite3.Connection, projection: Projection) -> int 
     return int(row[1])
 
 
-def _checkpoint(conn: sqlite3.Connection, projection: Projection) -> int:
+def _checkpoint(conn: Connection, projection: Projection) -> int:
     row = conn.execute(
         "SELECT position FROM projection_checkpoints WHERE name = ?", (projection.name,)
     ).fetchone()

@@ -5,15 +5,14 @@ done. A fork starts with its parent's rows up to the fork; rewound or removed ro
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from projections.live_index import live_condition
 from projections.materialize import Projection, copy_rows, fork_of
-from store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
-from store.dialect import dialect_of
+from store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, Store
+from store.dialect import Connection, dialect_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +38,7 @@ class RuntimeProjection(Projection):
     tables: ClassVar[tuple[str, ...]] = ("rt_policies", "rt_condensed")
     types: ClassVar[tuple[str, ...] | None] = ("policy_set", "output_condensed", "session_started")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
+    def create(self, conn: Connection, schema: str = "main") -> None:
         dialect_of(conn).create(
             conn,
             """
@@ -71,7 +70,7 @@ class RuntimeProjection(Projection):
             schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event = record.event
             fork = fork_of(conn, record)
@@ -100,16 +99,14 @@ class RuntimeProjection(Projection):
                 )
 
 
-def session_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> SessionPolicy:
+def session_policy(store: Store, session_id: str, at: int | None = None) -> SessionPolicy:
     """The session's policy as its newest live ``policy_set`` at or before ``at`` left it (all fields
     unset when there is none)."""
     rows = _live(store, "rt_policies", "policy", session_id, at, "version DESC LIMIT 1")
     return SessionPolicy() if not rows else SessionPolicy.model_validate_json(rows[0][0])
 
 
-def condensed_outputs(
-    store: SQLiteStore, session_id: str, at: int | None = None
-) -> dict[str, list[Condensed]]:
+def condensed_outputs(store: Store, session_id: str, at: int | None = None) -> dict[str, list[Condensed]]:
     """The live condensed views of the session's outputs at or before ``at``, by output event id,
     oldest first."""
     columns = "target_event_id, mode, name, key, version, event_id"
@@ -122,20 +119,21 @@ def condensed_outputs(
 
 
 def _live(
-    store: SQLiteStore, table: str, columns: str, session_id: str, at: int | None, order: str
+    store: Store, table: str, columns: str, session_id: str, at: int | None, order: str
 ) -> list[tuple[Any, ...]]:
     """``columns`` of the session's live rows of ``table`` at or before global position ``at``."""
     _caught_up(store)
     through = 2**62 if at is None else at
     with store.reading() as conn:
-        return conn.execute(
+        rows: list[tuple[Any, ...]] = conn.execute(
             f"SELECT {columns} FROM {table} t WHERE session_id = ? AND position <= ? "
             f"AND {live_condition('t')} ORDER BY {order}",
             (session_id, through, through, through),
         ).fetchall()
+    return rows
 
 
-def _caught_up(store: SQLiteStore) -> None:
+def _caught_up(store: Store) -> None:
     from projections.registry import materializer  # the registry imports this module
 
     materializer(store).catch_up()

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
+
+Connection: TypeAlias = Any
+"""A connection a store hands to projections (``sqlite3.Connection``, or a psycopg connection
+behind the same ``execute`` / ``executemany`` / ``fetchone`` / ``fetchall`` calls); its dialect is
+:func:`dialect_of` it."""
 
 _TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+(\S+?)\.(\w+)\s*\(", re.IGNORECASE)
 _INDEX = re.compile(
@@ -155,4 +160,4 @@ def dialect_of(conn: Any) -> SQLiteDialect | PostgresDialect:
     raise TypeError(f"not a turnlog store connection: {type(conn).__name__}")
 
 
-__all__ = ["SQLITE", "Dialect", "PostgresDialect", "SQLiteDialect", "dialect_of", "statements"]
+__all__ = ["SQLITE", "Connection", "Dialect", "PostgresDialect", "SQLiteDialect", "dialect_of", "statements"]

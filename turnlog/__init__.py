@@ -15,8 +15,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from projections.registry import keep_caught_up
-from store import *  # noqa: F403 - the facade re-exports the store's public names
+from store import *  # noqa: F403 - the facade re-exports the store's public names, Store
 from store import __all__ as _store_all
+from store.base import Store
 from store.sqlite import SQLiteStore, Synchronous, TokenCounting
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
@@ -80,7 +81,7 @@ def open_store(
     synchronous: Synchronous = "FULL",
     token_counting: TokenCounting = "deferred",
     readonly: bool = False,
-) -> SQLiteStore:
+) -> Store:
     """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`.
 
     Every append to the store returned then advances its token counts and materialized projections
