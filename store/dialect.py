@@ -55,7 +55,35 @@ def statements(ddl: str) -> list[str]:
     return [s.strip() for s in _COMMENT.sub("", ddl).split(";") if s.strip()]
 
 
-class SQLiteDialect:
+class _Neutral:
+    """Renders the neutral DDL form; a dialect says how a table and an index are spelled."""
+
+    def render(self, ddl: str, schema: str) -> list[str]:
+        out: list[str] = []
+        for statement in statements(ddl.replace("{schema}", schema)):
+            table = _TABLE.match(statement)
+            index = _INDEX.match(statement)
+            if table is not None:
+                out.append(self._table(_TABLE.sub(r"CREATE TABLE IF NOT EXISTS \1.\2 (", statement, count=1)))
+            elif index is not None:
+                unique, name, where, table_name, rest = index.groups()
+                out.append(self._index(unique or "", name, where, table_name, rest))
+            else:
+                raise ValueError(f"not a neutral CREATE TABLE / CREATE INDEX statement: {statement[:80]!r}")
+        return out
+
+    def create(self, conn: Any, ddl: str, schema: str) -> None:
+        for statement in self.render(ddl, schema):
+            conn.execute(statement)
+
+    def _table(self, statement: str) -> str:
+        raise NotImplementedError
+
+    def _index(self, unique: str, name: str, schema: str, table: str, rest: str) -> str:
+        raise NotImplementedError
+
+
+class SQLiteDialect(_Neutral):
     """SQLite: STRICT tables, WITHOUT ROWID for a primary-keyed table, schemas ``main`` and ``temp``."""
 
     name = "sqlite"
@@ -64,26 +92,11 @@ class SQLiteDialect:
     scratch = "temp"
     """The schema a verify rebuilds projections into (temp tables hide main ones of the same name)."""
 
-    def render(self, ddl: str, schema: str) -> list[str]:
-        out: list[str] = []
-        for statement in statements(ddl.replace("{schema}", schema)):
-            table = _TABLE.match(statement)
-            index = _INDEX.match(statement)
-            if table is not None:
-                options = "STRICT, WITHOUT ROWID" if "PRIMARY KEY" in statement.upper() else "STRICT"
-                out.append(
-                    _TABLE.sub(r"CREATE TABLE IF NOT EXISTS \1.\2 (", statement, count=1) + f" {options}"
-                )
-            elif index is not None:
-                unique, name, where, table_name, rest = index.groups()
-                out.append(f"CREATE {unique or ''}INDEX IF NOT EXISTS {where}.{name} ON {table_name} {rest}")
-            else:
-                raise ValueError(f"not a neutral CREATE TABLE / CREATE INDEX statement: {statement[:80]!r}")
-        return out
+    def _table(self, statement: str) -> str:
+        return statement + (" STRICT, WITHOUT ROWID" if "PRIMARY KEY" in statement.upper() else " STRICT")
 
-    def create(self, conn: sqlite3.Connection, ddl: str, schema: str) -> None:
-        for statement in self.render(ddl, schema):
-            conn.execute(statement)
+    def _index(self, unique: str, name: str, schema: str, table: str, rest: str) -> str:
+        return f"CREATE {unique}INDEX IF NOT EXISTS {schema}.{name} ON {table} {rest}"
 
     def hint(self, index: str) -> str:
         # SQLite does not always choose a partial index on its own (an OR, for one).
@@ -100,52 +113,44 @@ class SQLiteDialect:
 SQLITE = SQLiteDialect()
 
 
-class PostgresDialect:
+class PostgresDialect(_Neutral):
     """PostgreSQL: 64-bit integers, bytea, the index name without a schema; one per store schema."""
-
-    def __init__(self, main: str = "turnlog") -> None:
-        self.main = main
-        """The schema of the store's own tables."""
 
     name = "postgresql"
     scratch = "pg_temp"
     """The schema a verify rebuilds projections into (the session's temporary schema)."""
 
-    def render(self, ddl: str, schema: str) -> list[str]:
-        out: list[str] = []
-        for statement in statements(ddl.replace("{schema}", schema)):
-            table = _TABLE.match(statement)
-            index = _INDEX.match(statement)
-            if table is not None:
-                body = _TABLE.sub(r"CREATE TABLE IF NOT EXISTS \1.\2 (", statement, count=1)
-                body = re.sub(r"\bINTEGER\b", "BIGINT", body)
-                body = re.sub(r"\bBLOB\b", "BYTEA", body)
-                out.append(re.sub(r"\bREAL\b", "DOUBLE PRECISION", body))
-            elif index is not None:
-                unique, name, where, table_name, rest = index.groups()
-                out.append(f"CREATE {unique or ''}INDEX IF NOT EXISTS {name} ON {where}.{table_name} {rest}")
-            else:
-                raise ValueError(f"not a neutral CREATE TABLE / CREATE INDEX statement: {statement[:80]!r}")
-        return out
+    def __init__(self, main: str = "turnlog") -> None:
+        self.main = main
+        """The schema of the store's own tables."""
 
-    def create(self, conn: Any, ddl: str, schema: str) -> None:
-        for statement in self.render(ddl, schema):
-            conn.execute(statement)
+    def _table(self, statement: str) -> str:
+        statement = re.sub(r"\bINTEGER\b", "BIGINT", statement)
+        statement = re.sub(r"\bBLOB\b", "BYTEA", statement)
+        return re.sub(r"\bREAL\b", "DOUBLE PRECISION", statement)
+
+    def _index(self, unique: str, name: str, schema: str, table: str, rest: str) -> str:
+        return f"CREATE {unique}INDEX IF NOT EXISTS {name} ON {schema}.{table} {rest}"
 
     def hint(self, index: str) -> str:
         return ""
 
+    # Through the store's connection wrapper: ``?`` placeholders, as everywhere above store/. The
+    # session's temporary schema is named pg_temp_N in the catalog.
+    _SCHEMA = "(CASE WHEN ? = 'pg_temp' THEN pg_my_temp_schema()::regnamespace::text ELSE ? END)"
+
     def columns(self, conn: Any, schema: str, table: str) -> list[str]:
         rows = conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-            "ORDER BY ordinal_position",
-            (schema, table),
+            f"SELECT column_name FROM information_schema.columns WHERE table_schema = {self._SCHEMA} "
+            "AND table_name = ? ORDER BY ordinal_position",
+            (schema, schema, table),
         ).fetchall()
         return [str(row[0]) for row in rows]
 
     def tables(self, conn: Any, schema: str) -> set[str]:
         rows = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+            f"SELECT table_name FROM information_schema.tables WHERE table_schema = {self._SCHEMA}",
+            (schema, schema),
         ).fetchall()
         return {str(row[0]) for row in rows}
 
