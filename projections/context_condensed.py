@@ -26,7 +26,7 @@ class CondensedViews:
     def wanted(self, event_id: str, tool_name: str | None) -> Condensed | None:
         """The view of output ``event_id`` the effective mode asks for, if it was made."""
         if self._views is None:
-            self._views = condensed_outputs(self.store, self.session_id, self.at)
+            self._views = condensed_outputs(self.store, self.session_id, self.at, caught_up=True)
         views = self._views.get(event_id)
         if not views and self.overrides is None:
             return None  # the common case: nothing condensed, no need for the policy

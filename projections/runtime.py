@@ -106,23 +106,33 @@ def session_policy(store: Store, session_id: str, at: int | None = None) -> Sess
     return SessionPolicy() if not rows else SessionPolicy.model_validate_json(rows[0][0])
 
 
-def condensed_outputs(store: Store, session_id: str, at: int | None = None) -> dict[str, list[Condensed]]:
+def condensed_outputs(
+    store: Store, session_id: str, at: int | None = None, *, caught_up: bool = False
+) -> dict[str, list[Condensed]]:
     """The live condensed views of the session's outputs at or before ``at``, by output event id,
-    oldest first."""
+    oldest first (``caught_up``: the caller, a build, has just caught the projections up)."""
     columns = "target_event_id, mode, name, key, version, event_id"
     found: dict[str, list[Condensed]] = {}
     for target, mode, name, key, version, event_id in _live(
-        store, "rt_condensed", columns, session_id, at, "position"
+        store, "rt_condensed", columns, session_id, at, "position", caught_up=caught_up
     ):
         found.setdefault(target, []).append(Condensed(target, mode, name, key, int(version), event_id))
     return found
 
 
 def _live(
-    store: Store, table: str, columns: str, session_id: str, at: int | None, order: str
+    store: Store,
+    table: str,
+    columns: str,
+    session_id: str,
+    at: int | None,
+    order: str,
+    *,
+    caught_up: bool = False,
 ) -> list[tuple[Any, ...]]:
     """``columns`` of the session's live rows of ``table`` at or before global position ``at``."""
-    _caught_up(store)
+    if not caught_up:
+        _caught_up(store)
     through = 2**62 if at is None else at
     with store.reading() as conn:
         rows: list[tuple[Any, ...]] = conn.execute(
