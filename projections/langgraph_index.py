@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from projections.materialize import Projection
-from store import RecordedEvent, SessionRewound, StateRecorded
-from store.dialect import Connection, dialect_of
+from turnlog.projections.materialize import Projection
+from turnlog.store import RecordedEvent, SessionRewound, StateRecorded
+from turnlog.store.dialect import Connection, dialect_of
 
 __all__ = [
     "CHECKPOINT_MEDIA",

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from projections.materialize import Projection, copy_rows, fork_of
-from store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
-from store.dialect import Connection, dialect_of
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
+from turnlog.store.dialect import Connection, dialect_of
 
 Gap = tuple[int, int]
 """A range of versions (first, last), both included."""

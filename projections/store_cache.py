@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from store import Store
+from turnlog.store import Store
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -16,15 +16,15 @@ from typing import Any
 import zstandard
 from pydantic import ValidationError
 
-from store.base import RecordedEvent
-from store.errors import CorruptStoreError
-from store.events import (
+from turnlog.store.base import RecordedEvent
+from turnlog.store.errors import CorruptStoreError
+from turnlog.store.events import (
     CURRENT_VERSIONS,
     EVENT_CLASSES,
     describe_validation_error,
     load_stored,
 )
-from store.limits import MAX_TOKENS, STORED
+from turnlog.store.limits import MAX_TOKENS, STORED
 
 GENESIS_HASH = "0" * 64
 """The prev_hash of the first event."""

@@ -16,8 +16,8 @@ import zstandard
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
-from store.base import ANY, NO_SESSION, Expected, RecordedEvent
-from store.errors import (
+from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
+from turnlog.store.errors import (
     DuplicateEventError,
     InvalidEventError,
     StoreError,
@@ -25,7 +25,7 @@ from store.errors import (
     UnknownSessionError,
     VersionConflictError,
 )
-from store.events import (
+from turnlog.store.events import (
     ArtifactWritten,
     Event,
     MessageAppended,
@@ -36,12 +36,12 @@ from store.events import (
     ToolReturned,
     parse_event,
 )
-from store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
-from store.events_policy import CompactionFailed, OutputCondensed
-from store.limits import recorded_time
-from store.rows import GENESIS_HASH, gc_paused
-from store.sqlite_connection import now
-from store.sqlite_reading import ReadingStore, head_version_of, lineage_of
+from turnlog.store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
+from turnlog.store.events_policy import CompactionFailed, OutputCondensed
+from turnlog.store.limits import recorded_time
+from turnlog.store.rows import GENESIS_HASH, gc_paused
+from turnlog.store.sqlite_connection import now
+from turnlog.store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
 INLINE_LIMIT = 1024
 """Tool outputs larger than this many UTF-8 bytes are kept as content-addressed artifacts."""

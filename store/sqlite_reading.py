@@ -10,19 +10,26 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
-from store.errors import (
+from turnlog.store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
+from turnlog.store.errors import (
     CorruptStoreError,
     InvalidEventError,
     UnknownArtifactError,
     UnknownEventError,
     UnknownSessionError,
 )
-from store.events import CURRENT_VERSIONS, upcast
-from store.rows import BlobDecodeError, decode_blob, fork_parent, gc_paused, select_records, undecodable_row
-from store.sqlite_connection import translate
-from store.sqlite_tokens import TokenCountingStore, counted_through
-from store.verify import verify_log
+from turnlog.store.events import CURRENT_VERSIONS, upcast
+from turnlog.store.rows import (
+    BlobDecodeError,
+    decode_blob,
+    fork_parent,
+    gc_paused,
+    select_records,
+    undecodable_row,
+)
+from turnlog.store.sqlite_connection import translate
+from turnlog.store.sqlite_tokens import TokenCountingStore, counted_through
+from turnlog.store.verify import verify_log
 
 
 class ReadingStore(TokenCountingStore):

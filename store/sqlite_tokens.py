@@ -6,11 +6,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from store.events import Event, SummaryRecorded
-from store.readonly import fold_token_counts
-from store.rows import select_decodable
-from store.sqlite_connection import SQLiteBase, translate
-from store.tokenizer import EXACT_COUNT_LIMIT, estimate_tokens
+from turnlog.store.events import Event, SummaryRecorded
+from turnlog.store.readonly import fold_token_counts
+from turnlog.store.rows import select_decodable
+from turnlog.store.sqlite_connection import SQLiteBase, translate
+from turnlog.store.tokenizer import EXACT_COUNT_LIMIT, estimate_tokens
 
 
 class TokenCountingStore(SQLiteBase):

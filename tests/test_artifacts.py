@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import store.sqlite_tokens
-import store.tokenizer
-from projections.artifacts import (
+import turnlog.store.sqlite_tokens
+import turnlog.store.tokenizer
+from tests.store_contract import EVENT_STRATEGIES
+from turnlog.projections.artifacts import (
     ArtifactPage,
     ArtifactsProjection,
     InvalidArgumentError,
@@ -19,10 +20,10 @@ from projections.artifacts import (
     list_artifacts,
     read_artifact,
 )
-from projections.materialize import Materializer
-from projections.registry import materializer
-from projections.todos import TodosProjection
-from store import (
+from turnlog.projections.materialize import Materializer
+from turnlog.projections.registry import materializer
+from turnlog.projections.todos import TodosProjection
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     SQLiteStore,
@@ -32,8 +33,7 @@ from store import (
     UnknownArtifactError,
     UnknownSessionError,
 )
-from store.tokenizer import estimate_tokens
-from tests.store_contract import EVENT_STRATEGIES
+from turnlog.store.tokenizer import estimate_tokens
 
 
 @pytest.fixture
@@ -133,8 +133,8 @@ def test_same_content_written_twice_is_listed_twice_with_one_id(db: SQLiteStore)
 
 def test_large_content_tokens_are_marked_estimated(db: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # The store reads its imported name, the projection reads the tokenizer module's: patch both.
-    monkeypatch.setattr(store.tokenizer, "EXACT_COUNT_LIMIT", 2000)
-    monkeypatch.setattr(store.sqlite_tokens, "EXACT_COUNT_LIMIT", 2000)
+    monkeypatch.setattr(turnlog.store.tokenizer, "EXACT_COUNT_LIMIT", 2000)
+    monkeypatch.setattr(turnlog.store.sqlite_tokens, "EXACT_COUNT_LIMIT", 2000)
     small = "word " * 300  # 1,500 bytes: still counted
     large = "word " * 700  # 3,500 bytes: estimated from its size
     db.append(

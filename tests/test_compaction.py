@@ -10,9 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextBudgetError, ContextPolicy, build_context, timeline
-from projections.summaries import list_summaries
-from store import (
+from tests.conftest import FIXTURES
+from tests.test_context import assert_pairs_whole, independent_count, words
+from turnlog.compaction import CompactionOptions, compact
+from turnlog.projections.context import ContextBudgetError, ContextPolicy, build_context, timeline
+from turnlog.projections.summaries import list_summaries
+from turnlog.store import (
     MessageAppended,
     MessagePinned,
     Pin,
@@ -24,9 +27,6 @@ from store import (
     ToolReturned,
     parse_events_json,
 )
-from tests.conftest import FIXTURES
-from tests.test_context import assert_pairs_whole, independent_count, words
-from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import SummarizerError
 
 SAMPLE = (FIXTURES.parent.parent / "scripts" / "data" / "coding_session.jsonl").read_text()
@@ -161,7 +161,7 @@ def test_replay_before_a_summary_does_not_show_it() -> None:
 
 def test_bad_summary_events_are_refused() -> None:
     store = sample_store()
-    from store.events import summary_context_text
+    from turnlog.store.events import summary_context_text
 
     right = store.tokenizer.count(summary_context_text(5, 50, "x"))
     with pytest.raises(Exception, match="can only cover earlier events"):

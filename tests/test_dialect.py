@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from projections.registry import all_projections
-from store.dialect import SQLITE, PostgresDialect, dialect_of, statements
+from turnlog.projections.registry import all_projections
+from turnlog.store.dialect import SQLITE, PostgresDialect, dialect_of, statements
 
 DDL = """
 CREATE TABLE {schema}.things (

@@ -21,8 +21,18 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import INTERRUPTED, ContextPolicy, build_context
-from store import (
+from turnlog.cli import cli
+from turnlog.exporters import (
+    export_anthropic,
+    export_jsonl,
+    export_openai,
+    export_sessions,
+    export_to_file,
+    jsonl_digest,
+)
+from turnlog.importers import import_file, parse_jsonl
+from turnlog.projections.context import INTERRUPTED, ContextPolicy, build_context
+from turnlog.store import (
     EVENT_CLASSES,
     INLINE_LIMIT,
     ArtifactWritten,
@@ -56,16 +66,6 @@ from store import (
     UsageRecorded,
     parse_event,
 )
-from turnlog.cli import cli
-from turnlog.exporters import (
-    export_anthropic,
-    export_jsonl,
-    export_openai,
-    export_sessions,
-    export_to_file,
-    jsonl_digest,
-)
-from turnlog.importers import import_file, parse_jsonl
 
 BIG_OUTPUT = "".join(f"line {i}: FAILED test_{i} - AssertionError ✗\n" for i in range(400))
 BIG_ARTIFACT = "def f(x):\n    return x * 2  # ünïcode\n" * 300
@@ -845,7 +845,7 @@ def test_ids_stored_in_another_session_are_refused_before_writing(store: SQLiteS
 def test_a_session_larger_than_the_batch_limit_is_one_append(
     store: SQLiteStore, other: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.sqlite_append as backend
+    import turnlog.store.sqlite_append as backend
 
     sized_session(store, "big", 40)
     monkeypatch.setattr(backend, "MAX_BATCH", 10)

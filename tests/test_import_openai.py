@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from store import (
+from tests.conftest import FIXTURES
+from turnlog.importers import import_file, parse_openai
+from turnlog.store import (
     MAX_TOKENS,
     InvalidEventError,
     MessageAppended,
@@ -16,9 +18,7 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.errors import DuplicateEventError
-from tests.conftest import FIXTURES
-from turnlog.importers import import_file, parse_openai
+from turnlog.store.errors import DuplicateEventError
 
 CHAT = (FIXTURES / "openai_chat.json").read_text()
 SIMPLE = [

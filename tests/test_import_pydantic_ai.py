@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from projections.context import ContextPolicy, build_context
-from store import (
+from tests.conftest import FIXTURES
+from turnlog.importers import import_file, parse_pydantic_ai
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.store import (
     Event,
     InvalidEventError,
     MessageAppended,
@@ -30,8 +32,6 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from tests.conftest import FIXTURES
-from turnlog.importers import import_file, parse_pydantic_ai
 
 CURRENT = (FIXTURES / "pydantic_ai_coding_run.json").read_text()
 LEGACY = (FIXTURES / "pydantic_ai_legacy_v0.json").read_text()

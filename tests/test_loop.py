@@ -13,8 +13,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from projections.context import ContextPolicy, build_context
-from store import (
+from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
+from turnlog.cli import cli
+from turnlog.loop import Handlers, after_commit, get_policy, set_policy
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.recorder import SessionRecorder, session
+from turnlog.store import (
     CompactionFailed,
     OutputCondensed,
     PolicySet,
@@ -23,10 +27,6 @@ from store import (
     SummarizerUsage,
     SummaryRecorded,
 )
-from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
-from turnlog.cli import cli
-from turnlog.loop import Handlers, after_commit, get_policy, set_policy
-from turnlog.recorder import SessionRecorder, session
 from turnlog.summarizers import SummaryRequest, SummaryResult
 
 BIG = "\n".join(f"src/mod{i}.py:{i}: error: check {i} failed (expected 4, got {i})" for i in range(500))
@@ -92,7 +92,7 @@ def test_policy_is_an_event_merged_field_by_field(file_store: SQLiteStore) -> No
 )
 def test_a_policy_holds_names_only(file_store: SQLiteStore, policy: dict[str, Any]) -> None:
     file_store.append("s", [{"type": "message_appended", "role": "user", "content": "hi"}])
-    from store import InvalidEventError
+    from turnlog.store import InvalidEventError
 
     with pytest.raises(InvalidEventError):
         file_store.append("s", [{"type": "policy_set", "policy": policy}])

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from projections.todos import build_todo_list, current_todos
-from store import (
+from turnlog.projections.todos import build_todo_list, current_todos
+from turnlog.recorder import SessionRecorder, session
+from turnlog.store import (
     ArtifactWritten,
     ContextBuilt,
     DuplicateEventError,
@@ -31,7 +32,6 @@ from store import (
     UsageRecorded,
     VersionConflictError,
 )
-from turnlog.recorder import SessionRecorder, session
 
 ROOT = Path(__file__).parent.parent
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import zstandard
 
-from store import (
+from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
+from turnlog.store import (
     INLINE_LIMIT,
     ArtifactWritten,
     CorruptStoreError,
@@ -28,8 +29,7 @@ from store import (
     TokenizerError,
     ToolReturned,
 )
-from store.schema import LATEST_VERSION
-from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
+from turnlog.store.schema import LATEST_VERSION
 
 # --- the contract, four ways ---------------------------------------------------------------------
 
@@ -68,7 +68,7 @@ _RAW = {"conn", "atomic", "reading", "sqlite_utils_db"}
 
 def _public_methods() -> list[str]:
     # The class is assembled from layers (store.sqlite_*): every one of them counts.
-    layers = [cls for cls in SQLiteStore.__mro__ if cls.__module__.startswith("store.sqlite")]
+    layers = [cls for cls in SQLiteStore.__mro__ if cls.__module__.startswith("turnlog.store.sqlite")]
     names = {
         name
         for layer in layers
@@ -619,9 +619,9 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
 def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.sqlite_append as append_module
-    import store.sqlite_connection as connection_module
-    from store.schema import MIGRATIONS
+    import turnlog.store.sqlite_append as append_module
+    import turnlog.store.sqlite_connection as connection_module
+    from turnlog.store.schema import MIGRATIONS
 
     # turnlog as it was at schema 1: zlib for large blobs, and no migration 2.
     old_codec = ("zlib", lambda data: zlib.compress(data, 1))

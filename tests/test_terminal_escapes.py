@@ -11,7 +11,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from store import (
+from turnlog.cli import cli
+from turnlog.output import dumps, escape_text
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,
@@ -28,9 +30,7 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events import SummarizerInfo, summary_context_text
-from turnlog.cli import cli
-from turnlog.output import dumps, escape_text
+from turnlog.store.events import SummarizerInfo, summary_context_text
 
 # Clears the screen, sets the window title, rings the bell, NUL, an 8-bit CSI, DEL and a bidi
 # override: what a hostile tool output or web page can put into an agent's log.

@@ -14,11 +14,6 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from projections.registry import keep_caught_up
-from store import *  # noqa: F403 - the facade re-exports the store's public names, Store
-from store import __all__ as _store_all
-from store.base import Store
-from store.sqlite import SQLiteStore, Synchronous, TokenCounting
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
 from turnlog.importers import (
@@ -31,13 +26,18 @@ from turnlog.importers import (
     parse_openai,
     parse_pydantic_ai,
 )
+from turnlog.projections.registry import keep_caught_up
 from turnlog.recorder import SessionRecorder, session
+from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names, Store
+from turnlog.store import __all__ as _store_all
+from turnlog.store.base import Store
+from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 
 if TYPE_CHECKING:
-    from projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog import tool
     from turnlog.config import load_config
     from turnlog.loop import Handlers, LoopReport, after_commit, get_policy, set_policy
+    from turnlog.projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog.tool import ToolResult, tool_definition
     from turnlog.tool import call as call_tool
     from turnlog.tool import invoke as invoke_tool
@@ -45,10 +45,10 @@ if TYPE_CHECKING:
 # Imported on first use, so `import turnlog` (and `turnlog --help`) does not pay for them:
 # public name -> (module, attribute; None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "BuiltContext": ("projections.context", "BuiltContext"),
-    "ContextBudgetError": ("projections.context", "ContextBudgetError"),
-    "ContextPolicy": ("projections.context", "ContextPolicy"),
-    "build_context": ("projections.context", "build_context"),
+    "BuiltContext": ("turnlog.projections.context", "BuiltContext"),
+    "ContextBudgetError": ("turnlog.projections.context", "ContextBudgetError"),
+    "ContextPolicy": ("turnlog.projections.context", "ContextPolicy"),
+    "build_context": ("turnlog.projections.context", "build_context"),
     "tool": ("turnlog.tool", None),
     "ToolResult": ("turnlog.tool", "ToolResult"),
     "call_tool": ("turnlog.tool", "call"),

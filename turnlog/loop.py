@@ -16,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.capping import cap_text
-from projections.context import ContextPolicy, open_run
-from projections.runtime import condensed_outputs, session_policy
-from store import (
+from turnlog.compaction import CompactionOptions, CompactionResult, compact
+from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
+from turnlog.projections.capping import cap_text
+from turnlog.projections.context import ContextPolicy, open_run
+from turnlog.projections.runtime import condensed_outputs, session_policy
+from turnlog.store import (
     CompactionFailed,
     CondenserInfo,
     OutputCondensed,
@@ -32,8 +34,6 @@ from store import (
     StoreError,
     ToolReturned,
 )
-from turnlog.compaction import CompactionOptions, CompactionResult, compact
-from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
 from turnlog.summarizers import Summarizer, SummaryRequest, TranscriptItem, as_summarizer
 
 log = logging.getLogger("turnlog")

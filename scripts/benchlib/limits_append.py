@@ -50,7 +50,7 @@ class Timed:
 
 
 def _fresh_turnlog(bench: Bench, name: str, **kwargs: Any) -> Any:
-    from store.sqlite import SQLiteStore
+    from turnlog.store.sqlite import SQLiteStore
 
     folder = bench.dir / "profile"
     folder.mkdir(parents=True, exist_ok=True)
@@ -222,7 +222,7 @@ def limit_batch(bench: Bench) -> str:
 
 
 def limit_load(bench: Bench) -> str:
-    from store.sqlite import SQLiteStore
+    from turnlog.store.sqlite import SQLiteStore
 
     path = bench.ensure_store("turnlog", bench.cfg.batch_total)
     store = SQLiteStore.open(path)

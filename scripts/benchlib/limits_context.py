@@ -82,8 +82,8 @@ def _after_turns(bench: Bench, path: Any, wrap: bool) -> tuple[float, float, int
 
 def limit_build(bench: Bench) -> str:
     from benchlib.peer_turnlog import to_event
-    from projections.context import ContextPolicy, build_context
-    from store.sqlite import SQLiteStore
+    from turnlog.projections.context import ContextPolicy, build_context
+    from turnlog.store.sqlite import SQLiteStore
 
     sizes = [
         s for s in bench.cfg.sizes if ("turnlog", s) in bench.stores and bench.stores[("turnlog", s)].exists()
@@ -166,8 +166,8 @@ def limit_build(bench: Bench) -> str:
 
 
 def limit_rebuild(bench: Bench) -> str:
-    from projections.registry import materializer
-    from store.sqlite import SQLiteStore
+    from turnlog.projections.registry import materializer
+    from turnlog.store.sqlite import SQLiteStore
 
     path = bench.ensure_store("turnlog", bench.cfg.batch_total)
     copy = bench.dir / "profile" / "rebuild.db"

@@ -16,9 +16,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import store.sqlite_append
-from store import SQLiteStore
+import turnlog.store.sqlite_append
 from turnlog.importers import import_file
+from turnlog.store import SQLiteStore
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, required=True)
     parser.add_argument("--kill-in", type=int, required=True)
     args = parser.parse_args()
-    store.sqlite_append.MAX_BATCH = args.max_batch
+    turnlog.store.sqlite_append.MAX_BATCH = args.max_batch
     original = SQLiteStore._append_locked
     calls = 0
 

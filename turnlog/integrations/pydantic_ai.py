@@ -20,9 +20,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from store import Store
-from store.errors import UnknownEventError, VersionConflictError
-from store.events import (
+from turnlog.integrations import StoreLike, open_for_adapter, require
+from turnlog.store import Store
+from turnlog.store.errors import UnknownEventError, VersionConflictError
+from turnlog.store.events import (
     Event,
     ForkPoint,
     MessageAppended,
@@ -31,8 +32,7 @@ from store.events import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events_loop import Origin, SessionRewound, StateRecorded
-from turnlog.integrations import StoreLike, open_for_adapter, require
+from turnlog.store.events_loop import Origin, SessionRewound, StateRecorded
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -47,7 +47,7 @@ from pydantic_ai.conversation_store import (  # noqa: E402
 from pydantic_ai.usage import RunUsage  # noqa: E402
 
 if TYPE_CHECKING:
-    from store.base import RecordedEvent
+    from turnlog.store.base import RecordedEvent
 
 __all__ = ["FRAMEWORK", "TurnlogConversationStore"]
 

@@ -9,13 +9,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from projections.artifacts import InvalidArgumentError, read_artifact
-from projections.capping import MIN_CAP, cap_text
-from projections.live import COMPENSATING_TYPES
-from projections.live_index import Gap, dead_ranges, is_dead
-from projections.registry import materializer
-from projections.todos import render_checklist
-from store import (
+from turnlog.output import describe
+from turnlog.projections.artifacts import InvalidArgumentError, read_artifact
+from turnlog.projections.capping import MIN_CAP, cap_text
+from turnlog.projections.live import COMPENSATING_TYPES
+from turnlog.projections.live_index import Gap, dead_ranges, is_dead
+from turnlog.projections.registry import materializer
+from turnlog.projections.todos import render_checklist
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,
@@ -28,7 +29,6 @@ from store import (
     ToolReturned,
     UnknownEventError,
 )
-from turnlog.output import describe
 from turnlog.tool.cards import TOOL_NAME
 from turnlog.tool.errors import ToolInputError
 from turnlog.tool.inputs import MAX_RANGE, HistoryEvent, HistoryRange, HistorySearch, HistoryTail
