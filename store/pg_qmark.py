@@ -10,7 +10,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from store.dialect import PostgresDialect
+from turnlog.store.dialect import PostgresDialect
 
 
 @functools.lru_cache(maxsize=2048)
