@@ -8,8 +8,6 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pydantic_core import from_json
-
 from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
 from store.errors import (
     CorruptStoreError,
@@ -18,8 +16,15 @@ from store.errors import (
     UnknownEventError,
     UnknownSessionError,
 )
-from store.events import CURRENT_VERSIONS, upcast
-from store.rows import BlobDecodeError, decode_blob, fork_parent, gc_paused, select_records, undecodable_row
+from store.rows import (
+    BlobDecodeError,
+    decode_blob,
+    gc_paused,
+    lineage_from,
+    origin_item,
+    select_records,
+    undecodable_row,
+)
 from store.sqlite_connection import translate
 from store.sqlite_tokens import TokenCountingStore, counted_through
 from store.verify import verify_log
@@ -94,7 +99,7 @@ class ReadingStore(TokenCountingStore):
         if newest is not None:
             rows.reverse()
         with gc_paused():  # many objects that all survive (see records_from_rows)
-            return [_origin_item(row) for row in rows]
+            return [origin_item(row) for row in rows]
 
     def version_at(self, session_id: str, position: int) -> int:
         """The session's last version at or before a global position (0 if none)."""
@@ -270,24 +275,6 @@ def _origin_rows(conn: sqlite3.Connection, order: str, params: Sequence[Any]) ->
         raise undecodable_row(conn, where, params[:3]) from exc
 
 
-def _origin_item(row: Sequence[Any]) -> OriginItem:
-    position, version, etype, schema_version, payload = row
-    if '"origin"' not in payload:  # no origin field: nothing to parse
-        return OriginItem(position, version, etype, None, None)
-    try:
-        body = from_json(payload)  # pydantic-core's parser: about 3x json.loads
-        if schema_version != CURRENT_VERSIONS.get(etype, schema_version):
-            body = upcast(etype, schema_version, body)
-        origin = body.get("origin")
-        if origin is None:
-            return OriginItem(position, version, etype, None, None)
-        return OriginItem(position, version, etype, str(origin["framework"]), origin.get("item"))
-    except Exception as exc:  # RecursionError too: never more than this row is lost
-        raise CorruptStoreError(
-            f"position {position}: stored {etype} event cannot be read: {exc}; run `turnlog verify`"
-        ) from exc
-
-
 def records_between(
     conn: sqlite3.Connection, after: int, through: int, types: Sequence[str] | None = None
 ) -> list[RecordedEvent]:
@@ -307,23 +294,14 @@ def lineage_of(
     conn: sqlite3.Connection, session_id: str, cache: dict[str, list[tuple[str, int, int]]]
 ) -> list[tuple[str, int, int]]:
     """(session, first version, last version) segments of a session's history, oldest first."""
-    found = cache.get(session_id)
-    if found is not None:
-        return found
-    row = conn.execute(
-        "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
-    ).fetchone()
-    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
-    if not parent:
-        segments = [(session_id, 1, 2**62)]
-    else:
-        parent_id, upto = parent
-        prefix = lineage_of(conn, parent_id, cache)
-        segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
-        segments.append((session_id, upto + 1, 2**62))
-    if row is not None:  # the facts of an existing session never change
-        cache[session_id] = segments
-    return segments
+
+    def first_row(sid: str) -> tuple[str, str] | None:
+        row = conn.execute(
+            "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (sid,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    return lineage_from(first_row, session_id, cache)
 
 
 def position_of(conn: sqlite3.Connection, session_id: str, version: int) -> int | None:

@@ -619,7 +619,7 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
 def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.sqlite_append as append_module
+    import store.append_rules as append_module
     import store.sqlite_connection as connection_module
     from store.schema import MIGRATIONS
 
