@@ -18,10 +18,11 @@ import zstandard
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
-from store.base import ANY, NO_SESSION, Expected
+from store.base import ANY, NO_SESSION, Expected, RecordedEvent
 from store.errors import (
     DuplicateEventError,
     InvalidEventError,
+    StoreError,
     UnknownEventError,
     UnknownSessionError,
     VersionConflictError,
@@ -390,6 +391,29 @@ def is_retry(found: Mapping[str, Sequence[Any]], session_id: str, prepared: Sequ
             + "; use new event ids for new events"
         )
     return True
+
+
+def append_or_stored(
+    attempt: Callable[[], list[RecordedEvent]],
+    stored: Callable[[], list[RecordedEvent] | None],
+    where: str,
+) -> tuple[list[RecordedEvent], bool]:
+    """Run an append ``attempt``; when it is refused, look whether the batch is already stored.
+    Returns (the records, whether this attempt stored them).
+
+    A retry of a batch that is already stored fails one of the checks (its versions are taken, its
+    session_started is no longer first, or its ids are): only then is it worth looking the ids up
+    (``stored``, through :func:`is_retry`). The same batch returns what was stored; anything else
+    with a stored id is refused."""
+    try:
+        return attempt(), True
+    except (StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
+        found = stored()
+        if found is not None:
+            return found, False
+        if isinstance(refused, StoredEventId):  # cannot happen: stored events stay stored
+            raise StoreError(f"{where}: an event id of the batch is stored, but not found") from None
+        raise
 
 
 def chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -5,6 +5,7 @@ same events, with the same ids and ``recorded_at``, the same hashes."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -124,3 +125,19 @@ def _type_part(event: Event | Any) -> str:
     sv = str(event.schema_version)
     part = _TYPE_PARTS[(event.type, event.schema_version)] = f"{len(event.type)}:{event.type};{len(sv)}:{sv};"
     return part
+
+
+_second: tuple[int, str] = (0, "")
+
+
+def now() -> str:
+    """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
+    date-and-seconds part formatted once a second (this runs once per append)."""
+    global _second
+    micros = time.time_ns() // 1000
+    seconds, fraction = divmod(micros, 1_000_000)
+    second, text = _second
+    if seconds != second:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _second = (seconds, text)
+    return f"{text}.{fraction:06d}+00:00"

@@ -16,6 +16,7 @@ from store.append_rules import (
     Prepared,
     Segments,
     StoredEventId,
+    append_or_stored,
     check_arguments,
     check_expected_head,
     check_semantics,
@@ -26,11 +27,10 @@ from store.append_rules import (
     prepare_event,
 )
 from store.base import ANY, Expected, RecordedEvent
-from store.chain import GENESIS_HASH, link_batch
-from store.errors import InvalidEventError, StoreError, UnknownEventError, VersionConflictError
+from store.chain import GENESIS_HASH, link_batch, now
+from store.errors import StoreError
 from store.events import Event
 from store.rows import gc_paused
-from store.sqlite_connection import now
 from store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
 __all__ = ["INLINE_LIMIT", "MAX_BATCH", "MAX_CONTENT_BYTES", "AppendingStore"]
@@ -81,23 +81,21 @@ class AppendingStore(ReadingStore):
         check_unique_ids(prepared)
         if not prepared:
             return []
-        try:
+
+        def attempt() -> list[RecordedEvent]:
             with self.atomic() as conn, gc_paused():
                 records = self._append_locked(conn, session_id, prepared, expected_version, times)
                 for within in self._within_append:
                     within(conn, records)
-        except (StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
-            # A retry of a batch that is already stored fails one of the checks (its versions are
-            # taken, its session_started is no longer first, or its ids are): only then is it
-            # worth looking the ids up. The same batch returns what was stored; anything else
-            # with a stored id is refused.
+            return records
+
+        def stored() -> list[RecordedEvent] | None:
             with self.reading() as conn:
-                stored = self._already_stored(conn, session_id, prepared)
-            if stored is not None:
-                return stored
-            if isinstance(refused, StoredEventId):  # cannot happen: stored events stay stored
-                raise StoreError(f"{self.path}: an event id of the batch is stored, but not found") from None
-            raise
+                return self._already_stored(conn, session_id, prepared)
+
+        records, fresh = append_or_stored(attempt, stored, self.path)
+        if not fresh:
+            return records
         for hook in self._after_append:
             with contextlib.suppress(StoreError):  # derived state only: see on_append
                 hook(records)

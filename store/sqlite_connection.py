@@ -15,6 +15,7 @@ from typing import Literal, Self
 import sqlite_utils
 
 from store.base import EventStore, RecordedEvent
+from store.chain import now
 from store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
 from store.schema import LATEST_VERSION, MIGRATIONS
@@ -450,19 +451,3 @@ def _statements(sql: str) -> list[str]:
     if buffer.strip():
         statements.append(buffer.strip())
     return statements
-
-
-_second: tuple[int, str] = (0, "")
-
-
-def now() -> str:
-    """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
-    date-and-seconds part formatted once a second (this runs once per append)."""
-    global _second
-    micros = time.time_ns() // 1000
-    seconds, fraction = divmod(micros, 1_000_000)
-    second, text = _second
-    if seconds != second:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        _second = (seconds, text)
-    return f"{text}.{fraction:06d}+00:00"
