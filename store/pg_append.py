@@ -32,7 +32,7 @@ from store.append_rules import (
 )
 from store.base import ANY, Expected, RecordedEvent
 from store.chain import GENESIS_HASH, link_batch, now
-from store.errors import InvalidEventError
+from store.errors import InvalidEventError, VersionConflictError
 from store.events import Event
 from store.pg_connection import Connection, suppress_closed, translated
 from store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
@@ -111,7 +111,8 @@ class PgAppendingStore(PgReadingStore):
             return self._append_once(session_id, prepared, expected_version, times)
 
         def stored() -> list[RecordedEvent] | None:
-            with self.reading() as conn:
+            # No snapshot needed: stored events never change, so each statement runs on its own.
+            with self.connection() as conn:
                 return self._already_stored(conn, session_id, prepared)
 
         return append_or_stored(attempt, stored, self.where)[0]
@@ -123,6 +124,12 @@ class PgAppendingStore(PgReadingStore):
         back; a lost connection says whether the batch may have been stored."""
         committing = False
         with self.connection() as conn:
+            if isinstance(expected_version, int):
+                # Versions only grow: a head already past the expected one is a conflict whatever
+                # happens next, found without queueing for the lock behind the other writers.
+                head_now = pg_head_version(conn, session_id)
+                if head_now > expected_version:
+                    raise VersionConflictError(session_id, expected_version, head_now)
             try:
                 with conn.pipeline():  # one round trip for the three
                     conn.execute("BEGIN")
