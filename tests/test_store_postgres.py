@@ -35,6 +35,7 @@ from store import (
     TokenizerError,
     ToolReturned,
 )
+from tests.helpers.driver_guard import guard, public_methods
 from tests.helpers.postgres import drop_schema, new_schema_name, pg_schema, pg_url, require_pg, sql
 from tests.store_contract import (
     ROUND_TRIP_SETTINGS,
@@ -51,6 +52,23 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'tu
 from store.postgres import LATEST_VERSION, PostgresStore
 
 __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
+
+import psycopg
+
+# Methods that hand out a connection on purpose; everything else public must speak StoreError.
+_RAW = {"connection", "reading", "pool"}
+
+
+@pytest.fixture(autouse=True)
+def _no_psycopg_errors_escape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In every test of this module, a psycopg exception out of a public store method fails the test."""
+    guard(monkeypatch, PostgresStore, public_methods(PostgresStore, "store.p", _RAW), psycopg.Error)
+
+
+def test_the_guard_covers_the_public_methods() -> None:
+    names = set(public_methods(PostgresStore, "store.p", _RAW))
+    assert {"open", "append", "read_session", "iter_after", "verify", "get_blob", "lineage"} <= names
+
 
 # --- the contract --------------------------------------------------------------------------------
 
