@@ -154,12 +154,14 @@ class PgAppendingStore(PgReadingStore):
                         recorded_at=now(),
                         times=times,
                     )
-                with conn.cursor() as insert:
+                # The inserts and the commit in one round trip: from here on, a lost connection
+                # leaves the outcome unknown (whole or nothing), and the message says so.
+                committing = True
+                with conn.pipeline(), conn.cursor() as insert:
                     if batch.blobs:
                         insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
                     insert.executemany(_INSERT_EVENT, batch.rows)
-                committing = True
-                conn.execute("COMMIT")
+                    conn.execute("COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))

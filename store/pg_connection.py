@@ -8,7 +8,9 @@ import contextlib
 import hashlib
 import re
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Self
 
@@ -110,7 +112,7 @@ class PostgresBase(EventStore):
             max_size=pool_size,
             open=False,
             timeout=connect_timeout,
-            check=ConnectionPool.check_connection,  # a connection the server ended is replaced
+            check=_check_if_idle,  # a connection the server ended is replaced
             name=f"turnlog-{schema}",
         )
         with translate(where):
@@ -139,7 +141,10 @@ class PostgresBase(EventStore):
     def connection(self) -> Iterator[Connection]:
         """A connection of the pool, in autocommit mode (one statement, one transaction)."""
         with translate(self.where), self.pool.connection() as conn:
-            yield conn
+            try:
+                yield conn
+            finally:
+                _LAST_USED[conn] = time.monotonic()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -151,6 +156,20 @@ class PostgresBase(EventStore):
             finally:
                 if not conn.closed:
                     conn.execute("ROLLBACK")
+
+
+CHECK_AFTER_IDLE = 2.0
+"""A pooled connection idle for longer than this (seconds) is checked before it is handed out."""
+
+_LAST_USED: weakref.WeakKeyDictionary[Connection, float] = weakref.WeakKeyDictionary()
+
+
+def _check_if_idle(conn: Connection) -> None:
+    """The pool's check of a connection before it hands it out: a round trip, so only for one
+    idle long enough that the server may have ended it (a restart, pg_terminate_backend, an idle
+    timeout); a connection lost in use fails that use with a clear StoreError, and is replaced."""
+    if time.monotonic() - _LAST_USED.get(conn, 0.0) > CHECK_AFTER_IDLE:
+        ConnectionPool.check_connection(conn)
 
 
 def lock_key(schema: str) -> int:
