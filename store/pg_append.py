@@ -10,7 +10,6 @@ commit, so that writers run side by side; that is not done here.)"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -21,19 +20,16 @@ from store.append_rules import (
     Prepared,
     Segments,
     StoredEventId,
-    append_or_stored,
-    check_arguments,
     check_expected_head,
     check_semantics,
-    check_unique_ids,
     fork_base,
     is_retry,
     prepare_event,
 )
-from store.base import ANY, Expected, RecordedEvent
+from store.appender import BatchAppender
+from store.base import Expected, RecordedEvent
 from store.chain import GENESIS_HASH, link_batch, now
 from store.errors import InvalidEventError, VersionConflictError
-from store.events import Event
 from store.pg_connection import Connection, suppress_closed, translated
 from store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
 from store.rows import gc_paused
@@ -78,46 +74,30 @@ class _Lookup:
         return pg_head_version(self.conn, session_id)
 
 
-class PgAppendingStore(PgReadingStore):
+class PgAppendingStore(BatchAppender, PgReadingStore):
     """The appends to the log."""
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: Expected = ANY,
-        recorded_at: Sequence[str] | None = None,
-        bounded: bool = True,
-    ) -> list[RecordedEvent]:
-        times = check_arguments(session_id, len(events), expected_version, recorded_at, bounded)
-        with gc_paused():  # a batch makes many objects that all survive (see records_from_rows)
-            # Counted before the transaction: the lock is never held while tiktoken runs.
-            prepared = [
-                prepare_event(event, i, self.tokenizer, self.count_event_tokens)
-                for i, event in enumerate(events, 1)
-            ]
-        check_unique_ids(prepared)
+    def _store_name(self) -> str:
+        return self.where
+
+    def _prepare(self, event: Any, index: int) -> Prepared:
+        # Counted before the transaction: the lock is never held while tiktoken runs.
+        return prepare_event(event, index, self.tokenizer, self.count_event_tokens)
+
+    def _check_batch(self, prepared: list[Prepared]) -> None:
         for index, item in enumerate(prepared, 1):
             if "\x00" in item.event.event_id:
                 raise InvalidEventError(
                     f"event {index} ({item.event.type}): event_id holds a NUL character, which "
                     "PostgreSQL text cannot store; use another id"
                 )
-        if not prepared:
-            return []
 
-        def attempt() -> list[RecordedEvent]:
-            return self._append_once(session_id, prepared, expected_version, times)
+    def _stored_batch(self, session_id: str, prepared: list[Prepared]) -> list[RecordedEvent] | None:
+        # No snapshot needed: stored events never change, so each statement runs on its own.
+        with self.connection() as conn:
+            return self._already_stored(conn, session_id, prepared)
 
-        def stored() -> list[RecordedEvent] | None:
-            # No snapshot needed: stored events never change, so each statement runs on its own.
-            with self.connection() as conn:
-                return self._already_stored(conn, session_id, prepared)
-
-        return append_or_stored(attempt, stored, self.where)[0]
-
-    def _append_once(
+    def _append_batch(
         self, session_id: str, prepared: list[Prepared], expected_version: Expected, times: list[str] | None
     ) -> list[RecordedEvent]:
         """One transaction: lock, read the head, check, insert, commit. Any failure rolls it all

@@ -24,7 +24,8 @@ from store.base import EventStore
 from store.chain import now
 from store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from store.events import Event
-from store.pg_schema import LATEST_VERSION, MIGRATIONS
+from store.pg_schema import MIGRATIONS
+from store.schema import pending
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -238,16 +239,8 @@ def _migrate(conn: Connection, where: str, schema: str, tokenizer: str, create: 
             "CREATE TABLE IF NOT EXISTS turnlog_migrations (version integer "
             "CONSTRAINT turnlog_migrations_pkey PRIMARY KEY, name text NOT NULL, applied_at text NOT NULL)"
         )
-        applied = {row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")}
-        newest = max(applied, default=0)
-        if newest > LATEST_VERSION:
-            raise CorruptStoreError(
-                f"{where} has schema version {newest}, newer than this turnlog knows "
-                f"({LATEST_VERSION}); upgrade turnlog"
-            )
-        for migration in MIGRATIONS:
-            if migration.version in applied:
-                continue
+        applied = [row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")]
+        for migration in pending(MIGRATIONS, applied, where):
             conn.execute(migration.sql.encode())  # no parameters: the simple protocol runs them all
             conn.execute(
                 "INSERT INTO turnlog_migrations (version, name, applied_at) VALUES (%s, %s, %s)",

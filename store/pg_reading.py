@@ -11,9 +11,7 @@ from typing import Any
 from store.append_rules import Segments
 from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
 from store.errors import (
-    CorruptStoreError,
     InvalidEventError,
-    UnknownArtifactError,
     UnknownEventError,
     UnknownSessionError,
 )
@@ -21,12 +19,13 @@ from store.pg_connection import Connection, PostgresBase
 from store.pg_schema import REFUSE_FUNCTION, TRIGGERS
 from store.rows import (
     EVENT_SELECT,
-    BlobDecodeError,
-    decode_blob,
+    blob_from_row,
+    event_ref,
     gc_paused,
     lineage_from,
     origin_item,
     records_from_rows,
+    the_event,
 )
 from store.verify import ChainCheck, Findings, blob_matches
 
@@ -179,23 +178,14 @@ class PgReadingStore(PostgresBase):
         return rows[0]
 
     def find_event(self, session_id: str, ref: str) -> RecordedEvent:
-        ref = ref.strip()
-        if len(ref) < 6:
-            raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        ref = event_ref(ref)
         segment = "WHERE e.session_id = %s AND e.version BETWEEN %s AND %s "
         rows = self._segments_read(session_id, segment + "AND e.event_id = %s", (ref,))
         if not rows:
             rows = self._segments_read(
                 session_id, segment + "AND left(e.event_id, %s) = %s LIMIT 3", (len(ref), ref)
             )
-        if not rows:
-            raise UnknownEventError(
-                f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
-            )
-        if len(rows) > 1:
-            ids = ", ".join(r.event_id[:16] for r in rows)
-            raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
-        return rows[0]
+        return the_event(session_id, ref, rows)
 
     def head_version(self, session_id: str) -> int:
         with self.connection() as conn:
@@ -234,17 +224,7 @@ class PgReadingStore(PostgresBase):
     def get_blob(self, blob_id: str) -> Blob:
         with self.connection() as conn:
             row = conn.execute("SELECT id, size, codec, data FROM blobs WHERE id = %s", (blob_id,)).fetchone()
-        if row is None:
-            raise UnknownArtifactError(
-                f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
-            )
-        try:
-            text = decode_blob(row[2], row[3]).decode("utf-8")
-        except (BlobDecodeError, UnicodeDecodeError) as exc:
-            raise CorruptStoreError(
-                f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
-            ) from exc
-        return Blob(row[0], row[1], text)
+        return blob_from_row(blob_id, row)
 
     def catch_up_tokens(self) -> int:
         """Nothing to do: a PostgreSQL store counts each event's tokens before its append's

@@ -16,10 +16,10 @@ import zstandard
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from store.base import OriginItem, RecordedEvent
+from store.base import Blob, OriginItem, RecordedEvent
 from store.chain import GENESIS_HASH as GENESIS_HASH  # re-exported: verify and tests import them here
 from store.chain import event_hash as event_hash
-from store.errors import CorruptStoreError
+from store.errors import CorruptStoreError, UnknownArtifactError, UnknownEventError
 from store.events import (
     CURRENT_VERSIONS,
     EVENT_CLASSES,
@@ -137,6 +137,39 @@ def lineage_from(
     if row is not None:  # the facts of an existing session never change
         cache[session_id] = segments
     return segments
+
+
+def blob_from_row(blob_id: str, row: Sequence[Any] | None) -> Blob:
+    """The content a blobs row (id, size, codec, data) holds, looked up as ``blob_id``: UnknownArtifactError
+    when there is no row, CorruptStoreError when its data cannot be decoded."""
+    if row is None:
+        raise UnknownArtifactError(f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them")
+    try:
+        text = decode_blob(row[2], row[3]).decode("utf-8")
+    except (BlobDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptStoreError(f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`") from exc
+    return Blob(row[0], row[1], text)
+
+
+def event_ref(ref: str) -> str:
+    """An event reference (an id, or a prefix of one, as `turnlog log` shows them) stripped and
+    checked: at least 6 characters."""
+    ref = ref.strip()
+    if len(ref) < 6:
+        raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+    return ref
+
+
+def the_event(session_id: str, ref: str, rows: Sequence[RecordedEvent]) -> RecordedEvent:
+    """The one event a reference found in a session, or UnknownEventError naming the problem."""
+    if not rows:
+        raise UnknownEventError(
+            f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
+        )
+    if len(rows) > 1:
+        ids = ", ".join(r.event_id[:16] for r in rows)
+        raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
+    return rows[0]
 
 
 def undecodable_row(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> CorruptStoreError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
 from store.append_rules import (
@@ -16,20 +15,17 @@ from store.append_rules import (
     Prepared,
     Segments,
     StoredEventId,
-    append_or_stored,
-    check_arguments,
     check_expected_head,
     check_semantics,
-    check_unique_ids,
     chunks,
     fork_base,
     is_retry,
     prepare_event,
 )
-from store.base import ANY, Expected, RecordedEvent
+from store.appender import BatchAppender
+from store.base import Expected, RecordedEvent
 from store.chain import GENESIS_HASH, link_batch, now
 from store.errors import StoreError
-from store.events import Event
 from store.rows import gc_paused
 from store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
@@ -58,7 +54,7 @@ class _Lookup:
         return head_version_of(self.conn, session_id)
 
 
-class AppendingStore(ReadingStore):
+class AppendingStore(BatchAppender, ReadingStore):
     """The appends to the log."""
 
     def _counts_inline(self) -> bool:
@@ -66,40 +62,26 @@ class AppendingStore(ReadingStore):
         # taken, they cost the lock nothing (see within_append).
         return self.token_counting == "inline" or bool(self._within_append)
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[Event],
-        *,
-        expected_version: Expected = ANY,
-        recorded_at: Sequence[str] | None = None,
-        bounded: bool = True,
+    def _store_name(self) -> str:
+        return self.path
+
+    def _append_batch(
+        self, session_id: str, prepared: list[Prepared], expected_version: Expected, times: list[str] | None
     ) -> list[RecordedEvent]:
-        times = check_arguments(session_id, len(events), expected_version, recorded_at, bounded)
-        with gc_paused():  # a batch makes many objects that all survive (see records_from_rows)
-            prepared = [self._prepare(event, i) for i, event in enumerate(events, 1)]
-        check_unique_ids(prepared)
-        if not prepared:
-            return []
+        with self.atomic() as conn, gc_paused():
+            records = self._append_locked(conn, session_id, prepared, expected_version, times)
+            for within in self._within_append:
+                within(conn, records)
+        return records
 
-        def attempt() -> list[RecordedEvent]:
-            with self.atomic() as conn, gc_paused():
-                records = self._append_locked(conn, session_id, prepared, expected_version, times)
-                for within in self._within_append:
-                    within(conn, records)
-            return records
+    def _stored_batch(self, session_id: str, prepared: list[Prepared]) -> list[RecordedEvent] | None:
+        with self.reading() as conn:
+            return self._already_stored(conn, session_id, prepared)
 
-        def stored() -> list[RecordedEvent] | None:
-            with self.reading() as conn:
-                return self._already_stored(conn, session_id, prepared)
-
-        records, fresh = append_or_stored(attempt, stored, self.path)
-        if not fresh:
-            return records
+    def _appended(self, records: list[RecordedEvent]) -> None:
         for hook in self._after_append:
             with contextlib.suppress(StoreError):  # derived state only: see on_append
                 hook(records)
-        return records
 
     def _prepare(self, event: Any, index: int) -> Prepared:
         count = self.count_event_tokens if self._counts_inline() else None

@@ -18,7 +18,7 @@ from store.base import EventStore, RecordedEvent
 from store.chain import now
 from store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
-from store.schema import LATEST_VERSION, MIGRATIONS
+from store.schema import MIGRATIONS, pending
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -378,16 +378,8 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
             "CREATE TABLE IF NOT EXISTS turnlog_migrations (version INTEGER PRIMARY KEY, "
             "name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
         )
-        applied = {row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")}
-        newest = max(applied, default=0)
-        if newest > LATEST_VERSION:
-            raise CorruptStoreError(
-                f"{path} has schema version {newest}, newer than this turnlog knows "
-                f"({LATEST_VERSION}); upgrade turnlog"
-            )
-        for migration in MIGRATIONS:
-            if migration.version in applied:
-                continue
+        applied = [row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")]
+        for migration in pending(MIGRATIONS, applied, path):
             for statement in _statements(migration.sql):
                 conn.execute(statement)
             conn.execute(

@@ -10,19 +10,18 @@ from typing import Any
 
 from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
 from store.errors import (
-    CorruptStoreError,
     InvalidEventError,
-    UnknownArtifactError,
     UnknownEventError,
     UnknownSessionError,
 )
 from store.rows import (
-    BlobDecodeError,
-    decode_blob,
+    blob_from_row,
+    event_ref,
     gc_paused,
     lineage_from,
     origin_item,
     select_records,
+    the_event,
     undecodable_row,
 )
 from store.sqlite_connection import translate
@@ -163,9 +162,7 @@ class ReadingStore(TokenCountingStore):
     def find_event(self, session_id: str, ref: str) -> RecordedEvent:
         """An event of the session by its id or a unique prefix of it (at least 6 characters, as
         `turnlog log` shows them). Raises UnknownEventError naming the problem."""
-        ref = ref.strip()
-        if len(ref) < 6:
-            raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        ref = event_ref(ref)
         rows: list[RecordedEvent] = []
         with self.reading() as conn:
             segments = lineage_of(conn, session_id, self._lineages)
@@ -183,14 +180,7 @@ class ReadingStore(TokenCountingStore):
                         "AND substr(e.event_id, 1, ?) = ? LIMIT 3",
                         (sid, lo, hi, len(ref), ref),
                     )
-        if not rows:
-            raise UnknownEventError(
-                f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
-            )
-        if len(rows) > 1:
-            ids = ", ".join(r.event_id[:16] for r in rows)
-            raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
-        return rows[0]
+        return the_event(session_id, ref, rows)
 
     def head_version(self, session_id: str) -> int:
         with self._lock, translate(self.path):
@@ -226,17 +216,7 @@ class ReadingStore(TokenCountingStore):
             row = self.conn.execute(
                 "SELECT id, size, codec, data FROM blobs WHERE id = ?", (blob_id,)
             ).fetchone()
-        if row is None:
-            raise UnknownArtifactError(
-                f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
-            )
-        try:
-            text = decode_blob(row[2], row[3]).decode("utf-8")
-        except (BlobDecodeError, UnicodeDecodeError) as exc:
-            raise CorruptStoreError(
-                f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
-            ) from exc
-        return Blob(row[0], row[1], text)
+        return blob_from_row(blob_id, row)
 
     def count_events(self) -> int:
         """The number of events in the store."""

@@ -57,16 +57,17 @@ import psycopg
 
 # Methods that hand out a connection on purpose; everything else public must speak StoreError.
 _RAW = {"connection", "reading", "pool"}
+_LAYERS = ("store.pg_", "store.postgres", "store.appender")
 
 
 @pytest.fixture(autouse=True)
 def _no_psycopg_errors_escape(monkeypatch: pytest.MonkeyPatch) -> None:
     """In every test of this module, a psycopg exception out of a public store method fails the test."""
-    guard(monkeypatch, PostgresStore, public_methods(PostgresStore, "store.p", _RAW), psycopg.Error)
+    guard(monkeypatch, PostgresStore, public_methods(PostgresStore, _LAYERS, _RAW), psycopg.Error)
 
 
 def test_the_guard_covers_the_public_methods() -> None:
-    names = set(public_methods(PostgresStore, "store.p", _RAW))
+    names = set(public_methods(PostgresStore, _LAYERS, _RAW))
     assert {"open", "append", "read_session", "iter_after", "verify", "get_blob", "lineage"} <= names
 
 

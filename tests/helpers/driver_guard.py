@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 
-def public_methods(cls: type, module_prefix: str, raw: set[str]) -> list[str]:
-    """The public methods of a store class assembled from layers (modules starting with
-    ``module_prefix``), without ``raw`` (those that hand out a connection on purpose)."""
-    layers = [layer for layer in cls.__mro__ if layer.__module__.startswith(module_prefix)]
+def public_methods(cls: type, module_prefixes: tuple[str, ...], raw: set[str]) -> list[str]:
+    """The public methods of a store class assembled from layers (modules starting with one of
+    ``module_prefixes``), without ``raw`` (those that hand out a connection on purpose)."""
+    layers = [layer for layer in cls.__mro__ if layer.__module__.startswith(module_prefixes)]
     names = {
         name
         for layer in layers
