@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any, Self
 import psycopg
 import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from store.append_rules import Segments, event_tokens
 from store.base import EventStore
@@ -27,6 +28,10 @@ from store.events import Event
 from store.pg_schema import MIGRATIONS
 from store.schema import pending
 from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+
+# The pool logs a warning for each broken connection it discards: the StoreError the caller gets says
+# it already, in one line. Without a handler of the application's, these would go to stderr.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -188,6 +193,11 @@ def _first_line(exc: BaseException) -> str:
 def translated(exc: psycopg.Error, where: str, lost: str = "retry") -> StoreError:
     """A driver error as the StoreError callers see: one line naming the server."""
     text = _first_line(exc)
+    if isinstance(exc, PoolTimeout):
+        return StoreError(
+            f"{where}: no connection of the pool came free in time ({text}); retry, or open the store "
+            "with a larger pool_size"
+        )
     if "turnlog:" in text and "immutable" in text:  # the refusal of the log's own triggers
         return StoreError(text)
     if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.QueryCanceled):

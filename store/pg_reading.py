@@ -4,7 +4,6 @@ position, blobs, and verify. Rows become records through the same mapper as SQLi
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -13,7 +12,6 @@ from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyRe
 from store.errors import (
     InvalidEventError,
     UnknownEventError,
-    UnknownSessionError,
 )
 from store.pg_connection import Connection, PostgresBase
 from store.pg_schema import REFUSE_FUNCTION, TRIGGERS
@@ -210,16 +208,6 @@ class PgReadingStore(PostgresBase):
                 "FROM events GROUP BY session_id ORDER BY min(position)"
             ).fetchall()
         return [SessionSummary(*row) for row in rows]
-
-    def require_session(self, session_id: str) -> int:
-        head = self.head_version(session_id)
-        if head == 0:
-            with self.connection() as conn:
-                names = [r[0] for r in conn.execute("SELECT DISTINCT session_id FROM events")]
-            raise UnknownSessionError(
-                session_id, difflib.get_close_matches(session_id, names, n=3, cutoff=0.5)
-            )
-        return head
 
     def get_blob(self, blob_id: str) -> Blob:
         with self.connection() as conn:

@@ -202,3 +202,34 @@ def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(
         assert [r.version for r in records] == list(range(2, 52))
         assert store.append("s", batch) == records
         assert store.verify().ok
+
+
+def test_a_connection_ended_while_idle_in_the_pool_is_replaced(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store import pg_connection
+
+    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=1) as store:
+        store.append("s", [msg("one")])
+
+        def end_the_pooled_connection() -> None:
+            with store.connection() as conn:
+                pid = conn.info.backend_pid
+            with psycopg.connect(pg_url(), autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                    time.sleep(0.01)
+
+        # Used a moment ago, it is handed out unchecked: its loss is one clear line, and the next
+        # call gets a new connection.
+        end_the_pooled_connection()
+        with pytest.raises(StoreError) as caught:
+            store.head_position()
+        assert "connection to the server failed or was lost" in str(caught.value)
+        assert "\n" not in str(caught.value)
+        assert store.head_position() == 1
+        # Idle past CHECK_AFTER_IDLE, it is checked first and replaced: the caller sees nothing.
+        monkeypatch.setattr(pg_connection, "CHECK_AFTER_IDLE", 0.0)
+        end_the_pooled_connection()
+        assert store.head_position() == 1
+        assert store.read_session("s")[0].event.content == "one"  # type: ignore[union-attr]
