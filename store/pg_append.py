@@ -111,9 +111,11 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 if head_now > expected_version:
                     raise VersionConflictError(session_id, expected_version, head_now)
             try:
-                conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
-                head, position, prev_hash = conn.execute(_HEAD, (session_id,)).fetchone() or (0, None, None)
+                with conn.pipeline():  # one round trip for the three
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
+                    cursor = conn.execute(_HEAD, (session_id,))
+                head, position, prev_hash = cursor.fetchone() or (0, None, None)
                 head = int(head)
                 check_expected_head(session_id, expected_version, head)
                 lookup = _Lookup(conn, self._lineages)
@@ -132,17 +134,14 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                         recorded_at=now(),
                         times=times,
                     )
-                with conn.cursor() as insert:  # executemany pipelines the rows
+                # The inserts and the commit in one round trip: from here on, a lost connection
+                # leaves the outcome unknown (whole or nothing), and the message says so.
+                committing = True
+                with conn.pipeline(), conn.cursor() as insert:
                     if batch.blobs:
                         insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
-                    if len(batch.rows) == 1:
-                        insert.execute(_INSERT_EVENT, batch.rows[0])
-                    else:
-                        insert.executemany(_INSERT_EVENT, batch.rows)
-                # From here on, a lost connection leaves the outcome unknown (whole or nothing),
-                # and the message says so.
-                committing = True
-                conn.execute("COMMIT")
+                    insert.executemany(_INSERT_EVENT, batch.rows)
+                    conn.execute("COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))
