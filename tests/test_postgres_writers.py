@@ -127,11 +127,13 @@ def test_eight_writers_on_eight_sessions(created: str, tmp_path: Path) -> None:
 def test_sigkill_of_writers_mid_append_loses_no_acknowledged_event(created: str, tmp_path: Path) -> None:
     rng = random.Random(17)
     sides = [tmp_path / f"w{n}.txt" for n in range(4)]
-    procs = [_start(created, n, f"s{n % 2}", 5000, sides[n], size=3, fsync=True) for n in range(4)]
+    procs = [_start(created, n, f"s{n}", 5000, sides[n], size=3, fsync=True) for n in range(4)]
     deadline = time.monotonic() + 30
     while min(len(_acknowledged(side)) for side in sides) < 5:
         assert time.monotonic() < deadline, "writers acknowledged nothing"
-        assert all(p.poll() is None for p in procs), [p.communicate()[1][-2000:] for p in procs if p.poll()]
+        assert all(p.poll() is None for p in procs), [
+            p.communicate()[1][-2000:] for p in procs if p.poll() is not None
+        ]
         time.sleep(0.05)
     for proc in procs:
         time.sleep(rng.uniform(0.0, 0.2))
