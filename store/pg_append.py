@@ -62,6 +62,8 @@ class _Lookup:
         self.cache = cache
 
     def event_facts(self, event_id: str) -> tuple[str, int, str] | None:
+        if "\x00" in event_id:  # no stored id holds one (PostgreSQL text cannot)
+            return None
         row = self.conn.execute(
             "SELECT session_id, version, type FROM events WHERE event_id = %s", (event_id,)
         ).fetchone()

@@ -121,8 +121,12 @@ class PostgresBase(EventStore):
             check=_check_if_idle,  # a connection the server ended is replaced
             name=f"turnlog-{schema}",
         )
-        with translate(where):
-            pool.open(wait=True, timeout=connect_timeout)
+        try:
+            with translate(where):
+                pool.open(wait=True, timeout=connect_timeout)
+        except BaseException:
+            pool.close()  # its workers stop: nothing is left trying to connect
+            raise
         return cls(pool, where, schema, loaded)
 
     def count_event_tokens(self, event: Event) -> int:

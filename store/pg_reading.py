@@ -54,6 +54,8 @@ def pg_lineage(conn: Connection, session_id: str, cache: dict[str, Segments]) ->
 
 
 def pg_head_version(conn: Connection, session_id: str) -> int:
+    if _absent(session_id):
+        return 0
     row = conn.execute("SELECT max(version) FROM events WHERE session_id = %s", (session_id,)).fetchone()
     return int(row[0] or 0) if row else 0
 
@@ -208,8 +210,6 @@ class PgReadingStore(PostgresBase):
         return the_event(session_id, ref, rows)
 
     def head_version(self, session_id: str) -> int:
-        if _absent(session_id):
-            return 0
         with self.connection() as conn:
             return pg_head_version(conn, session_id)
 

@@ -298,6 +298,13 @@ def _bad_batches() -> dict[str, tuple[str, list[Any], dict[str, Any]]]:
             {},
         ),
         "lone surrogate": ("s", [MessageAppended(role="user", content="bad \udc80 text")], {}),
+        "pin of an id with NUL": ("s", [MessagePinned(target_event_id="m\x001")], {}),
+        "removal of an id with NUL": ("s", [MessageRemoved(target_event_ids=("t\x001",))], {}),
+        "fork of a session id with NUL": (
+            "f",
+            [SessionStarted(parent=ForkPoint(session_id="s\x00", version=1))],
+            {},
+        ),
     }
 
 
