@@ -111,6 +111,30 @@ def test_the_schema_is_recorded_in_its_migrations_table(pg: PostgresStore) -> No
     assert keys == {"tokenizer", "created_at", "store_id"}
     comment = sql("SELECT obj_description('events'::regclass, 'pg_class')", pg.schema)[0][0]
     assert "append-only" in str(comment)
+    constraints = {
+        row[0]
+        for row in sql("SELECT conname FROM pg_constraint WHERE conrelid = 'events'::regclass", pg.schema)
+    }
+    assert {
+        "events_pkey",
+        "events_event_id_key",
+        "events_session_version_key",
+        "events_blob_id_fkey",
+        "events_tokens_in_range",
+    } <= constraints
+    types = dict(
+        sql(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'events'",
+            pg.schema,
+            (pg.schema,),
+        )
+    )
+    assert types["position"] == types["version"] == types["tokens"] == "bigint"
+    assert types["payload"] == types["recorded_at"] == "text"
+    with pg.connection() as conn:  # every store connection commits durably, in the store's schema
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("SELECT current_schema()").fetchone() == (pg.schema,)
     # Opened again, nothing is applied twice.
     with PostgresStore.open(pg_url(), schema=pg.schema) as again:
         assert again.head_position() == 0
