@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from projections.artifacts import ArtifactInfo
+    from turnlog.projections.artifacts import ArtifactInfo
 
 INDEX_MAX_CHARS = 32768
 """Default size cap of an index, in characters (the preamble's cap too)."""

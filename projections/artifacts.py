@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import store.tokenizer as _tokenizer_module
-from projections.artifact_index import (
+import turnlog.store.tokenizer as _tokenizer_module
+from turnlog.projections.artifact_index import (
     INDEX_MAX_CHARS,
     cap_entries,
     chars_omitted,
@@ -19,10 +19,10 @@ from projections.artifact_index import (
     index_header,
     within_chars,
 )
-from projections.capping import MIN_CAP, cap_text
-from projections.live_index import live_condition
-from projections.materialize import Projection, copy_rows, fork_of
-from store import (
+from turnlog.projections.capping import MIN_CAP, cap_text
+from turnlog.projections.live_index import live_condition
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import (
     ArtifactWritten,
     RecordedEvent,
     SQLiteStore,
@@ -305,7 +305,7 @@ _SPACE = re.compile(r"\s+")
 
 def _caught_up(store: SQLiteStore) -> None:
     # Imported here: the registry imports this module to list its projection.
-    from projections.registry import materializer
+    from turnlog.projections.registry import materializer
 
     materializer(store).catch_up()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from store import Tokenizer
+from turnlog.store import Tokenizer
 
 MIN_CAP = 32
 """The smallest cap that leaves room for a notice and some text."""

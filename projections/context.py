@@ -9,9 +9,9 @@ build), context_capping (notices and the per-store cache); this module is the pu
 
 from __future__ import annotations
 
-from projections.context_builder import ContextBuilder
-from projections.context_index import ContextIndex
-from projections.context_types import (
+from turnlog.projections.context_builder import ContextBuilder
+from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.context_types import (
     FILL_MIN,
     INTERRUPTED,
     PER_MESSAGE,
@@ -26,8 +26,8 @@ from projections.context_types import (
     Format,
     Mode,
 )
-from projections.registry import materializer
-from store import SQLiteStore, StoreError
+from turnlog.projections.registry import materializer
+from turnlog.store import SQLiteStore, StoreError
 
 
 def build_context(

@@ -4,12 +4,12 @@ timeline compaction plans with."""
 
 from __future__ import annotations
 
-from projections.capping import MIN_CAP, Capped, cap_text
-from projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
-from projections.context_condensed import CondensedViews, condensed_content
-from projections.context_preamble import index_message
-from projections.context_reader import ContextReader, Row, SummaryRow
-from projections.context_types import (
+from turnlog.projections.capping import MIN_CAP, Capped, cap_text
+from turnlog.projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
+from turnlog.projections.context_condensed import CondensedViews, condensed_content
+from turnlog.projections.context_preamble import index_message
+from turnlog.projections.context_reader import ContextReader, Row, SummaryRow
+from turnlog.projections.context_types import (
     FILL_MIN,
     INTERRUPTED,
     PER_MESSAGE,
@@ -21,8 +21,8 @@ from projections.context_types import (
     ContextBudgetError,
     ContextMessage,
 )
-from projections.formats import render
-from store import MessageAppended, OutputCondensed, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
+from turnlog.projections.formats import render
+from turnlog.store import MessageAppended, OutputCondensed, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
 
 
 class ContextBuilder(ContextReader):

@@ -10,8 +10,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
-from store import MessageAppended, SQLiteStore, Tokenizer
+from turnlog.projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
+from turnlog.store import MessageAppended, SQLiteStore, Tokenizer
 
 
 def output_notice(ref: str, *, is_artifact: bool) -> Notice:

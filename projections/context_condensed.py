@@ -5,10 +5,10 @@ otherwise the simple cap. Builds only read: they never call a summarizer and nev
 
 from __future__ import annotations
 
-from projections.capping import MIN_CAP, Capped, cap_text
-from projections.context_capping import cached_capped
-from projections.runtime import Condensed, condensed_outputs, session_policy
-from store import OutputCondensed, SessionPolicy, SQLiteStore
+from turnlog.projections.capping import MIN_CAP, Capped, cap_text
+from turnlog.projections.context_capping import cached_capped
+from turnlog.projections.runtime import Condensed, condensed_outputs, session_policy
+from turnlog.store import OutputCondensed, SessionPolicy, SQLiteStore
 
 
 class CondensedViews:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from projections.materialize import Projection, copy_rows, fork_of
-from store import (
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import (
     MessageAppended,
     MessagePinned,
     MessageUnpinned,

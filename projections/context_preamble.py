@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
-from projections.artifacts import list_artifacts
-from projections.context_reader import ContextReader
-from projections.context_types import PER_MESSAGE, ContextMessage, Mode
-from projections.store_cache import StoreCache
+from turnlog.projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
+from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.context_reader import ContextReader
+from turnlog.projections.context_types import PER_MESSAGE, ContextMessage, Mode
+from turnlog.projections.store_cache import StoreCache
 
 INDEX_ORDER = -10
 """The preamble's place among messages of the same order key: before a notice or a summary there."""

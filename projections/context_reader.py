@@ -9,9 +9,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from projections.context_types import ContextPolicy, role_costs
-from projections.live_index import dead_ranges, is_dead
-from store import RecordedEvent, SQLiteStore
+from turnlog.projections.context_types import ContextPolicy, role_costs
+from turnlog.projections.live_index import dead_ranges, is_dead
+from turnlog.store import RecordedEvent, SQLiteStore
 
 
 @dataclass(slots=True)

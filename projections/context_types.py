@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from projections.capping import MIN_CAP
-from store import ContextBuilt, ManifestEntry, StoreError, Tokenizer, ToolCall
-from store.events_policy import OutputMode, ToolKey
+from turnlog.projections.capping import MIN_CAP
+from turnlog.store import ContextBuilt, ManifestEntry, StoreError, Tokenizer, ToolCall
+from turnlog.store.events_policy import OutputMode, ToolKey
 
 PRIME_TOKENS = 3
 """Tokens every reply is primed with (OpenAI's rule)."""

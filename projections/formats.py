@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from projections.context_types import ContextMessage
+    from turnlog.projections.context_types import ContextMessage
 
 
 def render(messages: Sequence[ContextMessage], fmt: str) -> Any:

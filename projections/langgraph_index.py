@@ -16,8 +16,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from projections.materialize import Projection
-from store import RecordedEvent, SessionRewound, StateRecorded
+from turnlog.projections.materialize import Projection
+from turnlog.store import RecordedEvent, SessionRewound, StateRecorded
 
 __all__ = [
     "CHECKPOINT_MEDIA",

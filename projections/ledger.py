@@ -13,9 +13,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
-from projections.materialize import Projection
-from projections.prices import ModelPrice, PriceTable, PriceTableError, load_prices
-from store import (
+from turnlog.projections.materialize import Projection
+from turnlog.projections.prices import ModelPrice, PriceTable, PriceTableError, load_prices
+from turnlog.store import (
     ContextBuilt,
     OutputCondensed,
     RecordedEvent,
@@ -299,7 +299,7 @@ def audit(
     table = prices if prices is not None else load_prices()
     if session_id is not None:
         store.require_session(session_id)
-    from projections.registry import materializer  # here: the registry imports this module
+    from turnlog.projections.registry import materializer  # here: the registry imports this module
 
     materializer(store).catch_up()
     where, params = ("WHERE session_id = ?", (session_id,)) if session_id is not None else ("", ())

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from projections.live_index import dead_ranges, is_dead
-from store import (
+from turnlog.projections.live_index import dead_ranges, is_dead
+from turnlog.store import (
     Event,
     MessageAppended,
     MessageRemoved,
@@ -164,7 +164,7 @@ def live_marks(
 ) -> list[bool]:
     """For records of one session: whether each is live now (the materialized live index, so the
     cost is the records given and the session's ranges that are not live, not its length)."""
-    from projections.registry import materializer  # here: the registry imports the live index
+    from turnlog.projections.registry import materializer  # here: the registry imports the live index
 
     materializer(store).catch_up()
     with store.reading() as conn:

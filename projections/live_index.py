@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import ClassVar
 
-from projections.materialize import Projection, copy_rows, fork_of
-from store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
 
 Gap = tuple[int, int]
 """A range of versions (first, last), both included."""

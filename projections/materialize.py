@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
-from store.sqlite import counted_through, position_of, records_between, write_token_counts
+from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
+from turnlog.store.sqlite import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
 """Events applied per transaction while catching up."""

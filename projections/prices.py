@@ -20,8 +20,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from store import StoreError
-from store.events import describe_validation_error
+from turnlog.store import StoreError
+from turnlog.store.events import describe_validation_error
 
 
 class PriceTableError(StoreError):
@@ -99,7 +99,7 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceTable:
     "cache_write"}}}``, USD per million tokens. Raises PriceTableError naming the problem."""
     if path is None:
         where = "the bundled price table"
-        text = resources.files("projections").joinpath("data/prices.json").read_text(encoding="utf-8")
+        text = resources.files("turnlog.projections").joinpath("data/prices.json").read_text(encoding="utf-8")
     else:
         where = f"price table {os.fspath(path)}"
         try:

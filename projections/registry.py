@@ -6,16 +6,16 @@ import sqlite3
 import weakref
 from collections.abc import Sequence
 
-from projections.artifacts import ArtifactsProjection
-from projections.context_index import ContextIndex
-from projections.langgraph_index import LangGraphIndex
-from projections.ledger import Ledger
-from projections.live_index import LiveIndex
-from projections.materialize import Materializer, Projection
-from projections.runtime import RuntimeProjection
-from projections.sessions import SessionsProjection
-from projections.todos import TodosProjection
-from store import RecordedEvent, SQLiteStore
+from turnlog.projections.artifacts import ArtifactsProjection
+from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.langgraph_index import LangGraphIndex
+from turnlog.projections.ledger import Ledger
+from turnlog.projections.live_index import LiveIndex
+from turnlog.projections.materialize import Materializer, Projection
+from turnlog.projections.runtime import RuntimeProjection
+from turnlog.projections.sessions import SessionsProjection
+from turnlog.projections.todos import TodosProjection
+from turnlog.store import RecordedEvent, SQLiteStore
 
 # Each store's materializer is kept on the store object itself, not in a global map: a map's value
 # would hold its key alive (the materializer holds its store), so no store would ever be freed. On

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from projections.context import PRIME_TOKENS, BuiltContext, ContextPolicy, build_context
-from projections.formats import render
-from store import (
+from turnlog.projections.context import PRIME_TOKENS, BuiltContext, ContextPolicy, build_context
+from turnlog.projections.formats import render
+from turnlog.store import (
     ContextBuilt,
     ManifestEntry,
     MessageAppended,

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from projections.live_index import live_condition
-from projections.materialize import Projection, copy_rows, fork_of
-from store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
+from turnlog.projections.live_index import live_condition
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ def _live(
 
 
 def _caught_up(store: SQLiteStore) -> None:
-    from projections.registry import materializer  # the registry imports this module
+    from turnlog.projections.registry import materializer  # the registry imports this module
 
     materializer(store).catch_up()
 

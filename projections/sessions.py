@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from projections.live_index import dead_ranges
-from projections.materialize import Projection
-from store import (
+from turnlog.projections.live_index import dead_ranges
+from turnlog.projections.materialize import Projection
+from turnlog.store import (
     ForkPoint,
     MessageAppended,
     RecordedEvent,
@@ -219,7 +219,7 @@ def list_sessions(store: SQLiteStore, at: int | None = None) -> list[SessionInfo
     """
     if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0):
         raise StoreError(f"at must be a log position (an integer >= 0), not {at!r}")
-    from projections.registry import materializer  # here: the registry imports this module
+    from turnlog.projections.registry import materializer  # here: the registry imports this module
 
     materializer(store).catch_up()
     counters = ", ".join(f"h.{name}" for name in _COUNTERS)

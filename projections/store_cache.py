@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from store import SQLiteStore
+from turnlog.store import SQLiteStore
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store import SQLiteStore, SummaryRecorded
+from turnlog.store import SQLiteStore, SummaryRecorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class SummaryInfo:
 def list_summaries(store: SQLiteStore, session_id: str, at: int | None = None) -> list[SummaryInfo]:
     """Every summary of the session recorded at or before ``at``, in range order, highest level
     first within a range."""
-    from projections.registry import materializer
+    from turnlog.projections.registry import materializer
 
     store.require_session(session_id)
     materializer(store).catch_up()
@@ -85,7 +85,7 @@ def list_summaries(store: SQLiteStore, session_id: str, at: int | None = None) -
 
 def find_summary_by_key(store: SQLiteStore, key: str) -> SummaryRecorded | None:
     """A summary anywhere in the store with this reuse key (the first one written), if any."""
-    from projections.registry import materializer
+    from turnlog.projections.registry import materializer
 
     materializer(store).catch_up()
     with store.reading() as conn:

@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from projections.artifacts import InvalidArgumentError
-from projections.live_index import live_condition
-from projections.materialize import Projection, copy_rows, fork_of
-from store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
-from store.events import describe_validation_error
+from turnlog.projections.artifacts import InvalidArgumentError
+from turnlog.projections.live_index import live_condition
+from turnlog.projections.materialize import Projection, copy_rows, fork_of
+from turnlog.store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
+from turnlog.store.events import describe_validation_error
 
 STATUSES = ("pending", "in_progress", "completed")
 """The statuses an item may have, in the order a list usually moves through them."""
@@ -267,7 +267,7 @@ def render_checklist(items: Sequence[TodoItem], *, show_ids: bool = False) -> st
 
 def _caught_up(store: SQLiteStore) -> None:
     # Imported here: the registry imports this module to list its projection.
-    from projections.registry import materializer
+    from turnlog.projections.registry import materializer
 
     materializer(store).catch_up()
 

@@ -1,6 +1,6 @@
 """turnlog's write side: the event models, the append-only SQLite log, the tokenizer, content blobs."""
 
-from store.base import (
+from turnlog.store.base import (
     ANY,
     NO_SESSION,
     Blob,
@@ -12,7 +12,7 @@ from store.base import (
     SessionSummary,
     VerifyReport,
 )
-from store.errors import (
+from turnlog.store.errors import (
     CorruptStoreError,
     DuplicateEventError,
     InvalidEventError,
@@ -24,7 +24,7 @@ from store.errors import (
     UnknownSessionError,
     VersionConflictError,
 )
-from store.events import (
+from turnlog.store.events import (
     CURRENT_VERSIONS,
     EVENT_ADAPTER,
     EVENT_CLASSES,
@@ -59,10 +59,10 @@ from store.events import (
     parse_event,
     parse_events_json,
 )
-from store.events_policy import CondenserInfo, SessionPolicy
-from store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth, recorded_time
-from store.sqlite import INLINE_LIMIT, SQLiteStore
-from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+from turnlog.store.events_policy import CondenserInfo, SessionPolicy
+from turnlog.store.limits import MAX_JSON_DEPTH, MAX_TOKENS, MAX_VERSION, check_json_depth, recorded_time
+from turnlog.store.sqlite import INLINE_LIMIT, SQLiteStore
+from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 __all__ = [
     "ANY",

@@ -18,8 +18,8 @@ import zstandard
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
-from store.base import ANY, NO_SESSION, Expected, RecordedEvent
-from store.errors import (
+from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
+from turnlog.store.errors import (
     DuplicateEventError,
     InvalidEventError,
     StoreError,
@@ -27,7 +27,7 @@ from store.errors import (
     UnknownSessionError,
     VersionConflictError,
 )
-from store.events import (
+from turnlog.store.events import (
     ArtifactWritten,
     Event,
     MessageAppended,
@@ -38,10 +38,10 @@ from store.events import (
     ToolReturned,
     parse_event,
 )
-from store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
-from store.events_policy import CompactionFailed, OutputCondensed
-from store.limits import recorded_time
-from store.tokenizer import EXACT_COUNT_LIMIT, Tokenizer, estimate_tokens
+from turnlog.store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
+from turnlog.store.events_policy import CompactionFailed, OutputCondensed
+from turnlog.store.limits import recorded_time
+from turnlog.store.tokenizer import EXACT_COUNT_LIMIT, Tokenizer, estimate_tokens
 
 INLINE_LIMIT = 1024
 """Tool outputs larger than this many UTF-8 bytes are kept as content-addressed artifacts."""

@@ -9,10 +9,10 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from store.append_rules import Prepared, append_or_stored, check_arguments, check_unique_ids
-from store.base import ANY, EventStore, Expected, RecordedEvent
-from store.events import Event
-from store.rows import gc_paused
+from turnlog.store.append_rules import Prepared, append_or_stored, check_arguments, check_unique_ids
+from turnlog.store.base import ANY, EventStore, Expected, RecordedEvent
+from turnlog.store.events import Event
+from turnlog.store.rows import gc_paused
 
 
 class BatchAppender(EventStore):

@@ -10,9 +10,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from store.errors import UnknownSessionError
-from store.events import Event
-from store.tokenizer import Tokenizer
+from turnlog.store.errors import UnknownSessionError
+from turnlog.store.events import Event
+from turnlog.store.tokenizer import Tokenizer
 
 
 class ExpectedVersion(enum.Enum):

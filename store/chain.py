@@ -9,11 +9,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from store.base import RecordedEvent
+from turnlog.store.base import RecordedEvent
 
 if TYPE_CHECKING:
-    from store.append_rules import Prepared
-    from store.events import Event
+    from turnlog.store.append_rules import Prepared
+    from turnlog.store.events import Event
 
 GENESIS_HASH = "0" * 64
 """The prev_hash of the first event."""

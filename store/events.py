@@ -17,19 +17,19 @@ from pydantic import (
     model_validator,
 )
 
-from store.errors import InvalidEventError
-from store.event_base import EventModel, Identifier, Sha256, ValueModel
-from store.event_base import new_event_id as new_event_id  # re-exported: its public home stays here
+from turnlog.store.errors import InvalidEventError
+from turnlog.store.event_base import EventModel, Identifier, Sha256, ValueModel
+from turnlog.store.event_base import new_event_id as new_event_id  # re-exported: its public home stays here
 
 # Re-exported: every event model can be imported from store.events.
-from store.events_loop import MessageRemoved as MessageRemoved
-from store.events_loop import Origin as Origin
-from store.events_loop import SessionRewound as SessionRewound
-from store.events_loop import StateRecorded as StateRecorded
-from store.events_policy import CompactionFailed as CompactionFailed
-from store.events_policy import OutputCondensed as OutputCondensed
-from store.events_policy import PolicySet as PolicySet
-from store.limits import (
+from turnlog.store.events_loop import MessageRemoved as MessageRemoved
+from turnlog.store.events_loop import Origin as Origin
+from turnlog.store.events_loop import SessionRewound as SessionRewound
+from turnlog.store.events_loop import StateRecorded as StateRecorded
+from turnlog.store.events_policy import CompactionFailed as CompactionFailed
+from turnlog.store.events_policy import OutputCondensed as OutputCondensed
+from turnlog.store.events_policy import PolicySet as PolicySet
+from turnlog.store.limits import (
     MAX_MANIFEST_ENTRIES,
     MAX_SIZE,
     MAX_TOKENS,

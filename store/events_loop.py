@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, JsonValue, StringConstraints, model_validator
 
-from store.event_base import EventModel, Identifier, Sha256, ValueModel
-from store.limits import MAX_REMOVED_TARGETS, MAX_SIZE, JsonObject, Position, shallow_unless_stored
+from turnlog.store.event_base import EventModel, Identifier, Sha256, ValueModel
+from turnlog.store.limits import MAX_REMOVED_TARGETS, MAX_SIZE, JsonObject, Position, shallow_unless_stored
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 """A short non-empty name (a framework, a caller)."""

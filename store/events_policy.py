@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from store.event_base import EventModel, Identifier, Sha256, ValueModel
-from store.limits import MAX_TOKENS, NonNegative
+from turnlog.store.event_base import EventModel, Identifier, Sha256, ValueModel
+from turnlog.store.limits import MAX_TOKENS, NonNegative
 
 HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
 """The name of a summarizer or a custom output handler: a key of the local configuration."""

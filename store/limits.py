@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, JsonValue, ValidationInfo
 
-from store.errors import InvalidEventError
+from turnlog.store.errors import InvalidEventError
 
 MAX_TOKENS = 2**32 - 1
 """The largest token count one field may hold (over a thousand times the largest context window).

@@ -16,7 +16,7 @@ import psycopg
 import psycopg.errors
 from psycopg.pq import TransactionStatus
 
-from store.append_rules import (
+from turnlog.store.append_rules import (
     Prepared,
     Segments,
     StoredEventId,
@@ -26,13 +26,13 @@ from store.append_rules import (
     is_retry,
     prepare_event,
 )
-from store.appender import BatchAppender
-from store.base import Expected, RecordedEvent
-from store.chain import GENESIS_HASH, link_batch, now
-from store.errors import InvalidEventError, VersionConflictError
-from store.pg_connection import Connection, suppress_closed, translated
-from store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
-from store.rows import gc_paused
+from turnlog.store.appender import BatchAppender
+from turnlog.store.base import Expected, RecordedEvent
+from turnlog.store.chain import GENESIS_HASH, link_batch, now
+from turnlog.store.errors import InvalidEventError, VersionConflictError
+from turnlog.store.pg_connection import Connection, suppress_closed, translated
+from turnlog.store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
+from turnlog.store.rows import gc_paused
 
 _HEAD = (
     "SELECT (SELECT coalesce(max(version), 0) FROM events WHERE session_id = %s), "

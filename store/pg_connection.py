@@ -20,14 +20,14 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from store.append_rules import Segments, event_tokens
-from store.base import EventStore
-from store.chain import now
-from store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
-from store.events import Event
-from store.pg_schema import MIGRATIONS
-from store.schema import pending
-from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+from turnlog.store.append_rules import Segments, event_tokens
+from turnlog.store.base import EventStore
+from turnlog.store.chain import now
+from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
+from turnlog.store.events import Event
+from turnlog.store.pg_schema import MIGRATIONS
+from turnlog.store.schema import pending
+from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 # The pool logs a warning for each broken connection it discards: the StoreError the caller gets says
 # it already, in one line. Without a handler of the application's, these would go to stderr.

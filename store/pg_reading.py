@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from store.append_rules import Segments
-from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
-from store.errors import (
+from turnlog.store.append_rules import Segments
+from turnlog.store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
+from turnlog.store.errors import (
     InvalidEventError,
     UnknownEventError,
 )
-from store.pg_connection import Connection, PostgresBase
-from store.pg_schema import REFUSE_FUNCTION, TRIGGERS
-from store.rows import (
+from turnlog.store.pg_connection import Connection, PostgresBase
+from turnlog.store.pg_schema import REFUSE_FUNCTION, TRIGGERS
+from turnlog.store.rows import (
     EVENT_SELECT,
     blob_from_row,
     event_ref,
@@ -25,7 +25,7 @@ from store.rows import (
     records_from_rows,
     the_event,
 )
-from store.verify import ChainCheck, Findings, blob_matches
+from turnlog.store.verify import ChainCheck, Findings, blob_matches
 
 _NO_LIMIT = 2**62
 

@@ -10,8 +10,8 @@ edited, a change is a new one."""
 
 from __future__ import annotations
 
-from store.limits import MAX_TOKENS
-from store.schema import Migration
+from turnlog.store.limits import MAX_TOKENS
+from turnlog.store.schema import Migration
 
 TRIGGERS: dict[str, tuple[str, str]] = {
     "events_no_update": ("events", "UPDATE"),

@@ -9,9 +9,9 @@ is imported only here, in store/: install the ``postgres`` extra."""
 
 from __future__ import annotations
 
-from store.pg_append import PgAppendingStore
-from store.pg_connection import describe_server
-from store.pg_schema import LATEST_VERSION
+from turnlog.store.pg_append import PgAppendingStore
+from turnlog.store.pg_connection import describe_server
+from turnlog.store.pg_schema import LATEST_VERSION
 
 __all__ = ["LATEST_VERSION", "PostgresStore", "describe_server"]
 

@@ -10,8 +10,8 @@ import tempfile
 import urllib.parse
 from collections.abc import Sequence
 
-from store.errors import CorruptStoreError, StoreError
-from store.schema import LATEST_VERSION
+from turnlog.store.errors import CorruptStoreError, StoreError
+from turnlog.store.schema import LATEST_VERSION
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -70,7 +70,7 @@ def connect_readonly(path: str, busy_timeout: float) -> tuple[sqlite3.Connection
             return _connect(f"file:{quoted}?mode=ro&immutable=1", busy_timeout), None
         scratch = tempfile.mkdtemp(prefix="turnlog-read-")
         try:
-            copy = os.path.join(scratch, "store.db")
+            copy = os.path.join(scratch, "turnlog.store.db")
             shutil.copyfile(path, copy)
             shutil.copyfile(wal, copy + "-wal")
             return _connect(f"file:{urllib.parse.quote(copy)}?mode=ro", busy_timeout), scratch

@@ -16,18 +16,18 @@ import zstandard
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from store.base import Blob, OriginItem, RecordedEvent
-from store.chain import GENESIS_HASH as GENESIS_HASH  # re-exported: verify and tests import them here
-from store.chain import event_hash as event_hash
-from store.errors import CorruptStoreError, UnknownArtifactError, UnknownEventError
-from store.events import (
+from turnlog.store.base import Blob, OriginItem, RecordedEvent
+from turnlog.store.chain import GENESIS_HASH as GENESIS_HASH  # re-exported: verify and tests import them here
+from turnlog.store.chain import event_hash as event_hash
+from turnlog.store.errors import CorruptStoreError, UnknownArtifactError, UnknownEventError
+from turnlog.store.events import (
     CURRENT_VERSIONS,
     EVENT_CLASSES,
     describe_validation_error,
     load_stored,
     upcast,
 )
-from store.limits import MAX_TOKENS, STORED
+from turnlog.store.limits import MAX_TOKENS, STORED
 
 EVENT_COLUMNS = (
     "e.position, e.session_id, e.version, e.event_id, e.type, e.schema_version, e.payload, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from store.errors import CorruptStoreError
+from turnlog.store.errors import CorruptStoreError
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ appends (store.sqlite_append)."""
 
 from __future__ import annotations
 
-from store.sqlite_append import INLINE_LIMIT, MAX_BATCH, MAX_CONTENT_BYTES, AppendingStore
-from store.sqlite_connection import WAL_SIZE_LIMIT, Synchronous, TokenCounting
-from store.sqlite_reading import position_of, records_between
-from store.sqlite_tokens import counted_through, write_token_counts
+from turnlog.store.sqlite_append import INLINE_LIMIT, MAX_BATCH, MAX_CONTENT_BYTES, AppendingStore
+from turnlog.store.sqlite_connection import WAL_SIZE_LIMIT, Synchronous, TokenCounting
+from turnlog.store.sqlite_reading import position_of, records_between
+from turnlog.store.sqlite_tokens import counted_through, write_token_counts
 
 __all__ = [
     "INLINE_LIMIT",

@@ -8,7 +8,7 @@ import contextlib
 import sqlite3
 from typing import Any
 
-from store.append_rules import (
+from turnlog.store.append_rules import (
     INLINE_LIMIT,
     MAX_BATCH,
     MAX_CONTENT_BYTES,
@@ -22,12 +22,12 @@ from store.append_rules import (
     is_retry,
     prepare_event,
 )
-from store.appender import BatchAppender
-from store.base import Expected, RecordedEvent
-from store.chain import GENESIS_HASH, link_batch, now
-from store.errors import StoreError
-from store.rows import gc_paused
-from store.sqlite_reading import ReadingStore, head_version_of, lineage_of
+from turnlog.store.appender import BatchAppender
+from turnlog.store.base import Expected, RecordedEvent
+from turnlog.store.chain import GENESIS_HASH, link_batch, now
+from turnlog.store.errors import StoreError
+from turnlog.store.rows import gc_paused
+from turnlog.store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
 __all__ = ["INLINE_LIMIT", "MAX_BATCH", "MAX_CONTENT_BYTES", "AppendingStore"]
 

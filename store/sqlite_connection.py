@@ -14,12 +14,12 @@ from typing import Literal, Self
 
 import sqlite_utils
 
-from store.base import EventStore, RecordedEvent
-from store.chain import now
-from store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
-from store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
-from store.schema import MIGRATIONS, pending
-from store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+from turnlog.store.base import EventStore, RecordedEvent
+from turnlog.store.chain import now
+from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
+from turnlog.store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
+from turnlog.store.schema import MIGRATIONS, pending
+from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A writer that finds the -wal file larger than this after its commit checkpoints and truncates

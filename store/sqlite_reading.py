@@ -8,13 +8,13 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
-from store.errors import (
+from turnlog.store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
+from turnlog.store.errors import (
     InvalidEventError,
     UnknownEventError,
     UnknownSessionError,
 )
-from store.rows import (
+from turnlog.store.rows import (
     blob_from_row,
     event_ref,
     gc_paused,
@@ -24,9 +24,9 @@ from store.rows import (
     the_event,
     undecodable_row,
 )
-from store.sqlite_connection import translate
-from store.sqlite_tokens import TokenCountingStore, counted_through
-from store.verify import verify_log
+from turnlog.store.sqlite_connection import translate
+from turnlog.store.sqlite_tokens import TokenCountingStore, counted_through
+from turnlog.store.verify import verify_log
 
 
 class ReadingStore(TokenCountingStore):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from store.append_rules import event_tokens
-from store.events import Event
-from store.readonly import fold_token_counts
-from store.rows import select_decodable
-from store.sqlite_connection import SQLiteBase, translate
+from turnlog.store.append_rules import event_tokens
+from turnlog.store.events import Event
+from turnlog.store.readonly import fold_token_counts
+from turnlog.store.rows import select_decodable
+from turnlog.store.sqlite_connection import SQLiteBase, translate
 
 
 class TokenCountingStore(SQLiteBase):

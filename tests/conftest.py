@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from store import SQLiteStore
+from turnlog.store import SQLiteStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

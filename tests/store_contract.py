@@ -19,7 +19,7 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import (
+from turnlog.store import (
     ANY,
     EVENT_CLASSES,
     INLINE_LIMIT,

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 import turnlog
-from projections.context_index import ContextIndex
-from projections.registry import materializer
-from store import MessageAppended, Origin, SQLiteStore, StoreError
-from store.limits import MAX_JSON_DEPTH
-from store.rows import event_hash
-from store.sqlite import counted_through
+from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.registry import materializer
+from turnlog.store import MessageAppended, Origin, SQLiteStore, StoreError
+from turnlog.store.limits import MAX_JSON_DEPTH
+from turnlog.store.rows import event_hash
+from turnlog.store.sqlite import counted_through
 
 
 def _commits(store: SQLiteStore) -> list[str]:

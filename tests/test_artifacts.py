@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import store.append_rules
-import store.tokenizer
-from projections.artifacts import (
+import turnlog.store.append_rules
+import turnlog.store.tokenizer
+from turnlog.projections.artifacts import (
     ArtifactPage,
     ArtifactsProjection,
     InvalidArgumentError,
@@ -19,10 +19,10 @@ from projections.artifacts import (
     list_artifacts,
     read_artifact,
 )
-from projections.materialize import Materializer
-from projections.registry import materializer
-from projections.todos import TodosProjection
-from store import (
+from turnlog.projections.materialize import Materializer
+from turnlog.projections.registry import materializer
+from turnlog.projections.todos import TodosProjection
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     SQLiteStore,
@@ -32,7 +32,7 @@ from store import (
     UnknownArtifactError,
     UnknownSessionError,
 )
-from store.tokenizer import estimate_tokens
+from turnlog.store.tokenizer import estimate_tokens
 from tests.store_contract import EVENT_STRATEGIES
 
 

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from store import MessageAppended, SQLiteStore
+from turnlog.store import MessageAppended, SQLiteStore
 from tests.conftest import FIXTURES
 from turnlog.cli import cli
 

@@ -11,7 +11,7 @@ import pytest
 import tiktoken
 from click.testing import CliRunner
 
-from store import SQLiteStore
+from turnlog.store import SQLiteStore
 from turnlog.cli import cli
 
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"

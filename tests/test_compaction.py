@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextBudgetError, ContextPolicy, build_context, timeline
-from projections.summaries import list_summaries
-from store import (
+from turnlog.projections.context import ContextBudgetError, ContextPolicy, build_context, timeline
+from turnlog.projections.summaries import list_summaries
+from turnlog.store import (
     MessageAppended,
     MessagePinned,
     Pin,
@@ -161,7 +161,7 @@ def test_replay_before_a_summary_does_not_show_it() -> None:
 
 def test_bad_summary_events_are_refused() -> None:
     store = sample_store()
-    from store.events import summary_context_text
+    from turnlog.store.events import summary_context_text
 
     right = store.tokenizer.count(summary_context_text(5, 50, "x"))
     with pytest.raises(Exception, match="can only cover earlier events"):

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from store import MessageAppended, SessionStarted, SQLiteStore, StoreError, ToolReturned
+from turnlog.store import MessageAppended, SessionStarted, SQLiteStore, StoreError, ToolReturned
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPENDER = Path(__file__).resolve().parent / "helpers" / "appender.py"
@@ -105,7 +105,7 @@ def _create_store(path: Path) -> None:
 
 
 def test_concurrent_appenders_lose_nothing_and_duplicate_nothing(tmp_path: Path, procs: Processes) -> None:
-    db_path = tmp_path / "store.db"
+    db_path = tmp_path / "turnlog.store.db"
     _create_store(db_path)
     go = tmp_path / "go"
     ready = [tmp_path / f"w{k}.ready" for k in range(WORKERS)]
@@ -211,7 +211,7 @@ def _write_events(path: Path, events: list[Any]) -> None:
 
 
 def test_idempotent_retry_from_second_process_writes_nothing(tmp_path: Path, procs: Processes) -> None:
-    db_path = tmp_path / "store.db"
+    db_path = tmp_path / "turnlog.store.db"
     events: list[Any] = [
         SessionStarted(title="retried"),
         MessageAppended(role="user", content="do the thing"),
@@ -259,7 +259,7 @@ def test_racing_retries_with_the_same_ids_store_each_batch_once(tmp_path: Path, 
     """Two processes append the same batches (same ids) at the same time, as a client does when it
     retries on a second connection after a lost acknowledgement: each batch is stored once, and both
     get the same records back."""
-    db_path = tmp_path / "store.db"
+    db_path = tmp_path / "turnlog.store.db"
     _create_store(db_path)
     go = tmp_path / "go"
     batches = 80
@@ -335,7 +335,7 @@ TURNLOG = Path(sys.executable).parent / "turnlog"
 
 _HOLDER = """
 import sys
-from store import MessageAppended, SQLiteStore
+from turnlog.store import MessageAppended, SQLiteStore
 store = SQLiteStore.open(sys.argv[1])
 with store.atomic() as conn:
     conn.execute("SELECT count(*) FROM events").fetchone()

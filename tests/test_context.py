@@ -12,13 +12,13 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import (
+from turnlog.projections.context import (
     INTERRUPTED,
     ContextBudgetError,
     ContextPolicy,
     build_context,
 )
-from store import (
+from turnlog.store import (
     ContextBuilt,
     MessageAppended,
     MessagePinned,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import ContextBudgetError, ContextPolicy, build_context
-from store import MessageAppended, RunStarted, SQLiteStore, ToolCall, ToolReturned
+from turnlog.projections.context import ContextBudgetError, ContextPolicy, build_context
+from turnlog.store import MessageAppended, RunStarted, SQLiteStore, ToolCall, ToolReturned
 from tests.test_context import ENC, assert_pairs_whole, independent_count, sessions, words
 
 NOTICE = re.compile(r"\[turnlog: [^\[\]]*\]")

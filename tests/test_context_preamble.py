@@ -16,14 +16,14 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.artifact_index import INDEX_MAX_CHARS
-from projections.artifacts import artifact_index, list_artifacts, read_artifact
-from projections.context import PER_MESSAGE, ContextPolicy, build_context
-from projections.context_preamble import preamble_header, preamble_omitted
-from projections.context_types import role_costs
-from projections.ledger import audit
-from projections.replay import replay
-from store import (
+from turnlog.projections.artifact_index import INDEX_MAX_CHARS
+from turnlog.projections.artifacts import artifact_index, list_artifacts, read_artifact
+from turnlog.projections.context import PER_MESSAGE, ContextPolicy, build_context
+from turnlog.projections.context_preamble import preamble_header, preamble_omitted
+from turnlog.projections.context_types import role_costs
+from turnlog.projections.ledger import audit
+from turnlog.projections.replay import replay
+from turnlog.store import (
     ArtifactWritten,
     ContextBuilt,
     MessageAppended,

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from store import (
+from turnlog.store import (
     DEFAULT_ENCODING,
     INLINE_LIMIT,
     NO_SESSION,
@@ -332,14 +332,14 @@ def test_a_creation_that_fails_midway_removes_what_it_made(
     def failing(*args: Any) -> str:
         raise StoreError("the disk is full")
 
-    monkeypatch.setattr("store.sqlite_connection._migrate", failing)
+    monkeypatch.setattr("turnlog.store.sqlite_connection._migrate", failing)
     with pytest.raises(StoreError, match="disk is full"):
         SQLiteStore.open(path)
     assert list(tmp_path.iterdir()) == []
     # An existing store is never removed by a failed open.
     monkeypatch.undo()
     SQLiteStore.open(path).close()
-    monkeypatch.setattr("store.sqlite_connection._migrate", failing)
+    monkeypatch.setattr("turnlog.store.sqlite_connection._migrate", failing)
     with pytest.raises(StoreError, match="disk is full"):
         SQLiteStore.open(path)
     assert path.exists()

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from store import (
+from turnlog.store import (
     CURRENT_VERSIONS,
     EVENT_ADAPTER,
     EVENT_CLASSES,
@@ -38,8 +38,8 @@ from store import (
     limits,
     parse_event,
 )
-from store import events as events_module
-from store.events import dump_payload, load_stored, new_event_id
+from turnlog.store import events as events_module
+from turnlog.store.events import dump_payload, load_stored, new_event_id
 from tests.store_contract import EVENT_STRATEGIES, PIN_TYPES, example_events, identifiers, summaries, texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"

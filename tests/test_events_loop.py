@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import (
+from turnlog.store import (
     EVENT_CLASSES,
     InvalidEventError,
     MessageAppended,
@@ -18,7 +18,7 @@ from store import (
     ToolReturned,
     parse_event,
 )
-from store.events import dump_payload, load_stored
+from turnlog.store.events import dump_payload, load_stored
 
 _AT = ["2026-01-01T00:00:00.000000Z"] * 2
 # Computed by the store of commit 0a74d56 (before ``origin`` existed) for the two events below.
@@ -146,4 +146,4 @@ def test_the_new_models_are_exported_by_turnlog_too() -> None:
     import turnlog
 
     for name in ("SessionRewound", "MessageRemoved", "StateRecorded", "Origin"):
-        assert name in turnlog.__all__ and getattr(turnlog, name).__module__ == "store.events_loop"
+        assert name in turnlog.__all__ and getattr(turnlog, name).__module__ == "turnlog.store.events_loop"

@@ -21,8 +21,8 @@ import projections.todos
 import turnlog
 import turnlog.recorder
 import turnlog.tool.methods
-from projections.todos import build_todo_list, current_todos
-from store import (
+from turnlog.projections.todos import build_todo_list, current_todos
+from turnlog.store import (
     ArtifactWritten,
     ContextBuilt,
     MessageAppended,

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.context import INTERRUPTED, ContextPolicy, build_context
-from store import (
+from turnlog.projections.context import INTERRUPTED, ContextPolicy, build_context
+from turnlog.store import (
     EVENT_CLASSES,
     INLINE_LIMIT,
     ArtifactWritten,
@@ -845,7 +845,7 @@ def test_ids_stored_in_another_session_are_refused_before_writing(store: SQLiteS
 def test_a_session_larger_than_the_batch_limit_is_one_append(
     store: SQLiteStore, other: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.append_rules as backend
+    import turnlog.store.append_rules as backend
 
     sized_session(store, "big", 40)
     monkeypatch.setattr(backend, "MAX_BATCH", 10)

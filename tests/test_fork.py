@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from projections.artifacts import list_artifacts
-from projections.context import INTERRUPTED, ContextPolicy, build_context
-from projections.summaries import list_summaries
-from projections.todos import current_todos
-from store import (
+from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.context import INTERRUPTED, ContextPolicy, build_context
+from turnlog.projections.summaries import list_summaries
+from turnlog.projections.todos import current_todos
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from store import (
+from turnlog.store import (
     MAX_TOKENS,
     InvalidEventError,
     MessageAppended,
@@ -16,7 +16,7 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.errors import DuplicateEventError
+from turnlog.store.errors import DuplicateEventError
 from tests.conftest import FIXTURES
 from turnlog.importers import import_file, parse_openai
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from projections.context import ContextPolicy, build_context
-from store import (
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.store import (
     Event,
     InvalidEventError,
     MessageAppended,

@@ -22,8 +22,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from projections.context import ContextPolicy, build_context
-from store import MessageAppended, MessageRemoved, SQLiteStore, ToolReturned
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.store import MessageAppended, MessageRemoved, SQLiteStore, ToolReturned
 from turnlog.importers import import_file, parse_pydantic_ai
 
 

@@ -39,7 +39,7 @@ from langchain_core.messages import (
     get_buffer_string,
 )
 
-from store import InvalidEventError, SessionRewound, SQLiteStore
+from turnlog.store import InvalidEventError, SessionRewound, SQLiteStore
 from turnlog.cli import cli
 from turnlog.integrations.langchain import TurnlogChatMessageHistory
 
@@ -228,7 +228,7 @@ def test_bad_input_is_a_clear_error_and_nothing_is_stored(tmp_path: Path) -> Non
 
 
 def test_messages_written_by_other_writers_read_as_langchain_messages(tmp_path: Path) -> None:
-    from store import MessageAppended, ToolCall, ToolReturned
+    from turnlog.store import MessageAppended, ToolCall, ToolReturned
 
     with SQLiteStore.open(tmp_path / "t.db") as store:
         call = ToolCall(id="c1", name="f", arguments='{"x": 1}')
@@ -333,7 +333,7 @@ def test_the_example_runs(tmp_path: Path) -> None:
 
 
 def test_usage_goes_to_the_ledger_and_stays_after_a_clear(tmp_path: Path) -> None:
-    from store import UsageRecorded
+    from turnlog.store import UsageRecorded
 
     with SQLiteStore.open(tmp_path / "t.db") as store:
         h = TurnlogChatMessageHistory("s", db=store)

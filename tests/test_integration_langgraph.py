@@ -28,7 +28,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, create_checkpoint, em
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from store import SessionRewound, SQLiteStore, StateRecorded
+from turnlog.store import SessionRewound, SQLiteStore, StateRecorded
 from turnlog.integrations.langgraph import TurnlogSaver
 
 # --- LangGraph's conformance suite -----------------------------------------------------------------

@@ -34,7 +34,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from store import MessageRemoved, SessionRewound, SQLiteStore, StateRecorded
+from turnlog.store import MessageRemoved, SessionRewound, SQLiteStore, StateRecorded
 from turnlog.cli import cli
 from turnlog.integrations.langgraph import TurnlogSaver
 

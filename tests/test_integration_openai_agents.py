@@ -25,7 +25,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from store import SessionPolicy, SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
+from turnlog.store import SessionPolicy, SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
 from turnlog.integrations.openai_agents import TurnlogSession
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,8 +29,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from store import SQLiteStore
-from store.events import UsageRecorded
+from turnlog.store import SQLiteStore
+from turnlog.store.events import UsageRecorded
 from turnlog.cli import cli
 from turnlog.integrations.pydantic_ai import TurnlogConversationStore
 

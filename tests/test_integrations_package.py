@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store import SQLiteStore
+from turnlog.store import SQLiteStore
 from turnlog.integrations import open_for_adapter, require
 
 FRAMEWORKS = ("agents", "langgraph", "langchain_core", "langchain_community", "pydantic_ai", "openai")

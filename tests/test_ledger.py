@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from projections.ledger import (
+from turnlog.projections.ledger import (
     OVERHEAD,
     AuditRow,
     Ledger,
@@ -21,8 +21,8 @@ from projections.ledger import (
     audit,
     load_prices,
 )
-from projections.materialize import Materializer
-from store import (
+from turnlog.projections.materialize import Materializer
+from turnlog.store import (
     ContextBuilt,
     Event,
     ManifestEntry,
@@ -53,7 +53,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr("store.sqlite_append.now", fake)
+    monkeypatch.setattr("turnlog.store.sqlite_append.now", fake)
     return fake
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from projections.context import ContextPolicy
-from projections.ledger import (
+from turnlog.projections.context import ContextPolicy
+from turnlog.projections.ledger import (
     AGENT,
     SUMMARIZATION,
     AuditRow,
@@ -23,8 +23,8 @@ from projections.ledger import (
     audit,
     load_prices,
 )
-from projections.materialize import Materializer
-from store import (
+from turnlog.projections.materialize import Materializer
+from turnlog.store import (
     CondenserInfo,
     MessageAppended,
     OutputCondensed,
@@ -39,7 +39,7 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events import summary_context_text
+from turnlog.store.events import summary_context_text
 from tests.test_cli_projections import run
 from tests.test_compaction import long_session
 from tests.test_ledger import Clock
@@ -81,7 +81,7 @@ def prices(prices_file: Path) -> PriceTable:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr("store.sqlite_append.now", fake)
+    monkeypatch.setattr("turnlog.store.sqlite_append.now", fake)
     return fake
 
 

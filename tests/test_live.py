@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projections.live import LiveFold, live_events, live_versions
-from store import (
+from turnlog.projections.live import LiveFold, live_events, live_versions
+from turnlog.store import (
     MessageAppended,
     MessageRemoved,
     RecordedEvent,
@@ -150,7 +150,7 @@ def test_live_events_reads_a_session_and_a_fork(tmp_path: Any) -> None:
             m[0].event_id,
         ]
         assert len(live_events(s, "p", at_version=3)) == 3
-        from store import ForkPoint
+        from turnlog.store import ForkPoint
 
         s.append("child", [SessionStarted(parent=ForkPoint(session_id="p", version=3)), m[2]])
         s.append("child", [SessionRewound(to_version=2, reason="time_travel")])
@@ -164,10 +164,10 @@ def test_the_materialized_live_set_matches_the_fold(events: list[Any], fork_at: 
     """The live index (rows kept incrementally, a fork copying its parent's) gives the fold's live set
     as of every version; removals naming events that are not messages are replaced (the store
     refuses them)."""
-    from projections.live import COMPENSATING_TYPES
-    from projections.live_index import dead_ranges, is_dead
-    from projections.registry import keep_caught_up
-    from store import ForkPoint
+    from turnlog.projections.live import COMPENSATING_TYPES
+    from turnlog.projections.live_index import dead_ranges, is_dead
+    from turnlog.projections.registry import keep_caught_up
+    from turnlog.store import ForkPoint
 
     removable = {e.event_id for e in events if isinstance(e, (MessageAppended, ToolReturned))}
     events = [

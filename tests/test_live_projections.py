@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from projections.artifacts import list_artifacts
-from projections.context import build_context
-from projections.context_types import ContextPolicy
-from projections.ledger import audit
-from projections.sessions import list_sessions
-from projections.todos import current_todos, todo_history
-from store import (
+from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.context import build_context
+from turnlog.projections.context_types import ContextPolicy
+from turnlog.projections.ledger import audit
+from turnlog.projections.sessions import list_sessions
+from turnlog.projections.todos import current_todos, todo_history
+from turnlog.store import (
     ArtifactWritten,
     ForkPoint,
     MessageAppended,
@@ -164,7 +164,7 @@ def test_the_agent_tool_reads_the_live_history(tmp_path: Path) -> None:
 
 
 def test_replay_shows_each_call_with_the_live_set_of_its_time(tmp_path: Path) -> None:
-    from projections.replay import replay
+    from turnlog.projections.replay import replay
 
     with open_store(tmp_path / "s.db") as s:
         undone = MessageAppended(role="user", content="first question")
@@ -228,7 +228,7 @@ def test_compaction_after_a_removal_writes_summaries_the_context_shows(tmp_path:
 
 
 def test_a_read_only_store_folds_the_live_set_it_has_not_materialized(tmp_path: Path) -> None:
-    from store import SQLiteStore
+    from turnlog.store import SQLiteStore
 
     db = tmp_path / "s.db"
     with SQLiteStore.open(db) as s:  # no projections materialized in the file

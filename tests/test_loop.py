@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from projections.context import ContextPolicy, build_context
-from store import (
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.store import (
     CompactionFailed,
     OutputCondensed,
     PolicySet,
@@ -92,7 +92,7 @@ def test_policy_is_an_event_merged_field_by_field(file_store: SQLiteStore) -> No
 )
 def test_a_policy_holds_names_only(file_store: SQLiteStore, policy: dict[str, Any]) -> None:
     file_store.append("s", [{"type": "message_appended", "role": "user", "content": "hi"}])
-    from store import InvalidEventError
+    from turnlog.store import InvalidEventError
 
     with pytest.raises(InvalidEventError):
         file_store.append("s", [{"type": "policy_set", "policy": policy}])

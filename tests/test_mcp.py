@@ -18,9 +18,9 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import turnlog
-from projections.artifacts import list_artifacts
-from projections.todos import current_todos
-from store import MessageAppended, TodosUpdated, ToolCall, ToolReturned
+from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.todos import current_todos
+from turnlog.store import MessageAppended, TodosUpdated, ToolCall, ToolReturned
 from turnlog.cli import cli
 from turnlog.mcp_server import OUTPUT_SCHEMA, TOOL_CALL_ID_META
 from turnlog.tool import help_card
@@ -335,7 +335,7 @@ def test_import_turnlog_exposes_the_tool_and_context_api_lazily() -> None:
     code = (
         "import sys, turnlog\n"
         "light = [m for m in ('turnlog.tool', 'mcp', 'turnlog.mcp_server') if m in sys.modules]\n"
-        "import projections.context as pc, turnlog.tool as tool, turnlog.loop as loop\n"
+        "import turnlog.projections.context as pc, turnlog.tool as tool, turnlog.loop as loop\n"
         "assert turnlog.build_context is pc.build_context and turnlog.ContextPolicy is pc.ContextPolicy\n"
         "assert turnlog.ContextBudgetError is pc.ContextBudgetError\n"
         "assert turnlog.BuiltContext is pc.BuiltContext\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from store import MessageAppended, StoreError
+from turnlog.store import MessageAppended, StoreError
 from tests.helpers.postgres import pg_schema, pg_url
 from tests.store_contract import msg, snapshot
 
@@ -28,7 +28,7 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'tu
 
 import psycopg
 
-from store.postgres import PostgresStore
+from turnlog.store.postgres import PostgresStore
 
 __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
 
@@ -209,7 +209,7 @@ def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(
 def test_a_connection_ended_while_idle_in_the_pool_is_replaced(
     pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store import pg_connection
+    from turnlog.store import pg_connection
 
     with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=1) as store:
         store.append("s", [msg("one")])

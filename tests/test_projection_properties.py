@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.live import COMPENSATING_TYPES, LiveFold
-from projections.live_index import dead_ranges, is_dead
-from projections.registry import all_projections, materializer
-from store import (
+from turnlog.projections.live import COMPENSATING_TYPES, LiveFold
+from turnlog.projections.live_index import dead_ranges, is_dead
+from turnlog.projections.registry import all_projections, materializer
+from turnlog.store import (
     ArtifactWritten,
     CondenserInfo,
     ContextBuilt,
@@ -37,8 +37,8 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events import summary_context_text
-from store.tokenizer import load_tokenizer
+from turnlog.store.events import summary_context_text
+from turnlog.store.tokenizer import load_tokenizer
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
 BIG = st.integers(0, 3000).map(lambda n: "output line\n" * n)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import (
+from turnlog.store import (
     CorruptStoreError,
     ForkPoint,
     InvalidEventError,
@@ -18,7 +18,7 @@ from store import (
     SQLiteStore,
     UsageRecorded,
 )
-from store.rows import event_hash
+from turnlog.store.rows import event_hash
 
 
 def _msg(i: int, framework: str | None = "f") -> MessageAppended:

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from projections.registry import all_projections, materializer
-from store import MessageAppended, SQLiteStore, StoreError, ToolCall, ToolReturned
+from turnlog.projections.registry import all_projections, materializer
+from turnlog.store import MessageAppended, SQLiteStore, StoreError, ToolCall, ToolReturned
 from turnlog import open_store, session
 from turnlog.actions import pin_message
 from turnlog.cli import cli

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from projections.todos import build_todo_list, current_todos
-from store import (
+from turnlog.projections.todos import build_todo_list, current_todos
+from turnlog.store import (
     ArtifactWritten,
     ContextBuilt,
     DuplicateEventError,

@@ -7,9 +7,9 @@ import gc
 import weakref
 from pathlib import Path
 
-from projections.registry import keep_caught_up, materializer
-from projections.sessions import list_sessions
-from store import MessageAppended, SQLiteStore
+from turnlog.projections.registry import keep_caught_up, materializer
+from turnlog.projections.sessions import list_sessions
+from turnlog.store import MessageAppended, SQLiteStore
 
 
 def test_one_materializer_per_store_object(tmp_path: Path) -> None:

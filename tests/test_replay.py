@@ -8,9 +8,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from projections.context import PRIME_TOKENS, ContextPolicy, build_context
-from projections.replay import replay
-from store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
+from turnlog.projections.context import PRIME_TOKENS, ContextPolicy, build_context
+from turnlog.projections.replay import replay
+from turnlog.store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
 from tests.conftest import FIXTURES
 from turnlog.actions import fork_session
 from turnlog.cli import cli

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import (
+from turnlog.store import (
     ForkPoint,
     InvalidEventError,
     MessageAppended,
@@ -126,7 +126,7 @@ def test_bad_rewinds_are_one_clear_line_and_change_nothing(tmp_path: Path) -> No
 
 
 def test_the_new_events_read_well_in_the_log(tmp_path: Path) -> None:
-    from store import StateRecorded
+    from turnlog.store import StateRecorded
 
     db = tmp_path / "t.db"
     with SQLiteStore.open(db) as s:

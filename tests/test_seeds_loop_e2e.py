@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import turnlog
-from store import OutputCondensed, SQLiteStore, SummaryRecorded, TodosUpdated
+from turnlog.store import OutputCondensed, SQLiteStore, SummaryRecorded, TodosUpdated
 from turnlog.recorder import SessionRecorder
 
 BUDGET = 1500

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from projections.materialize import Materializer
-from projections.sessions import SessionInfo, SessionsProjection, list_sessions
-from store import (
+from turnlog.projections.materialize import Materializer
+from turnlog.projections.sessions import SessionInfo, SessionsProjection, list_sessions
+from turnlog.store import (
     ForkPoint,
     MessageAppended,
     RecordedEvent,
@@ -30,7 +30,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SQLiteSto
     opened = SQLiteStore.open(tmp_path / "sessions.db")
     # A clock that ticks one second per append, so first and last activity differ predictably.
     ticks = itertools.count()
-    monkeypatch.setattr("store.sqlite_append.now", lambda: f"2025-08-01T10:00:{next(ticks):02d}.000000+00:00")
+    monkeypatch.setattr("turnlog.store.sqlite_append.now", lambda: f"2025-08-01T10:00:{next(ticks):02d}.000000+00:00")
     try:
         yield opened
     finally:

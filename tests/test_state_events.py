@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store import InvalidEventError, SQLiteStore, StateRecorded
+from turnlog.store import InvalidEventError, SQLiteStore, StateRecorded
 
 
 def _state(content: str, **fields: object) -> StateRecorded:

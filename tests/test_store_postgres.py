@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import (
+from turnlog.store import (
     ANY,
     NO_SESSION,
     ArtifactWritten,
@@ -49,7 +49,7 @@ from tests.store_contract import (
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")
 
-from store.postgres import LATEST_VERSION, PostgresStore
+from turnlog.store.postgres import LATEST_VERSION, PostgresStore
 
 __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
 
@@ -57,7 +57,7 @@ import psycopg
 
 # Methods that hand out a connection on purpose; everything else public must speak StoreError.
 _RAW = {"connection", "reading", "pool"}
-_LAYERS = ("store.pg_", "store.postgres", "store.appender")
+_LAYERS = ("turnlog.store.pg_", "turnlog.store.postgres", "turnlog.store.appender")
 
 
 @pytest.fixture(autouse=True)

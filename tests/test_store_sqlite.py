@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import zstandard
 
-from store import (
+from turnlog.store import (
     INLINE_LIMIT,
     ArtifactWritten,
     CorruptStoreError,
@@ -26,7 +26,7 @@ from store import (
     TokenizerError,
     ToolReturned,
 )
-from store.schema import LATEST_VERSION
+from turnlog.store.schema import LATEST_VERSION
 from tests.helpers.driver_guard import guard, public_methods
 from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
 
@@ -67,7 +67,7 @@ _RAW = {"conn", "atomic", "reading", "sqlite_utils_db"}
 
 def _public_methods() -> list[str]:
     # The class is assembled from layers (store.sqlite_*, and the shared append): every one counts.
-    return public_methods(SQLiteStore, ("store.sqlite", "store.appender"), _RAW)
+    return public_methods(SQLiteStore, ("turnlog.store.sqlite", "turnlog.store.appender"), _RAW)
 
 
 @pytest.fixture(autouse=True)
@@ -585,9 +585,9 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
 def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import store.append_rules as append_module
-    import store.sqlite_connection as connection_module
-    from store.schema import MIGRATIONS
+    import turnlog.store.append_rules as append_module
+    import turnlog.store.sqlite_connection as connection_module
+    from turnlog.store.schema import MIGRATIONS
 
     # turnlog as it was at schema 1: zlib for large blobs, and no migration 2.
     old_codec = ("zlib", lambda data: zlib.compress(data, 1))

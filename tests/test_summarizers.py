@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from store import load_tokenizer
+from turnlog.store import load_tokenizer
 from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
 from turnlog.summarizers import (
     CallableSummarizer,

@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from store import (
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,
@@ -28,7 +28,7 @@ from store import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events import SummarizerInfo, summary_context_text
+from turnlog.store.events import SummarizerInfo, summary_context_text
 from turnlog.cli import cli
 from turnlog.output import dumps, escape_text
 

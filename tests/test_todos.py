@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.artifacts import InvalidArgumentError
-from projections.materialize import Materializer
-from projections.todos import (
+from turnlog.projections.artifacts import InvalidArgumentError
+from turnlog.projections.materialize import Materializer
+from turnlog.projections.todos import (
     TodosProjection,
     build_todo_list,
     current_todos,
     render_checklist,
     todo_history,
 )
-from store import (
+from turnlog.store import (
     InvalidEventError,
     MessageAppended,
     SQLiteStore,

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turnlog.tool as tool
-from projections.artifacts import list_artifacts
-from projections.context import ContextPolicy, build_context
-from projections.todos import build_todo_list, current_todos
-from store import (
+from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.projections.todos import build_todo_list, current_todos
+from turnlog.store import (
     DuplicateEventError,
     InvalidEventError,
     MessageAppended,

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import turnlog.tool as tool
-from store import MessageAppended, SQLiteStore, ToolReturned, load_tokenizer
+from turnlog.store import MessageAppended, SQLiteStore, ToolReturned, load_tokenizer
 from turnlog.cli import cli
 
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from projections.ledger import audit
-from store import (
+from turnlog.projections.ledger import audit
+from turnlog.store import (
     MAX_TOKENS,
     CorruptStoreError,
     InvalidEventError,
@@ -24,8 +24,8 @@ from store import (
     UsageRecorded,
     parse_event,
 )
-from store.rows import event_hash
-from store.schema import TRIGGERS
+from turnlog.store.rows import event_hash
+from turnlog.store.schema import TRIGGERS
 from turnlog.cli import cli
 
 

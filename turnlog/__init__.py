@@ -14,10 +14,10 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from projections.registry import keep_caught_up
-from store import *  # noqa: F403 - the facade re-exports the store's public names
-from store import __all__ as _store_all
-from store.sqlite import SQLiteStore, Synchronous, TokenCounting
+from turnlog.projections.registry import keep_caught_up
+from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
+from turnlog.store import __all__ as _store_all
+from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
 from turnlog.importers import (
@@ -33,7 +33,7 @@ from turnlog.importers import (
 from turnlog.recorder import SessionRecorder, session
 
 if TYPE_CHECKING:
-    from projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
+    from turnlog.projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog import tool
     from turnlog.config import load_config
     from turnlog.loop import Handlers, LoopReport, after_commit, get_policy, set_policy
@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 # Imported on first use, so `import turnlog` (and `turnlog --help`) does not pay for them:
 # public name -> (module, attribute; None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "BuiltContext": ("projections.context", "BuiltContext"),
-    "ContextBudgetError": ("projections.context", "ContextBudgetError"),
-    "ContextPolicy": ("projections.context", "ContextPolicy"),
-    "build_context": ("projections.context", "build_context"),
+    "BuiltContext": ("turnlog.projections.context", "BuiltContext"),
+    "ContextBudgetError": ("turnlog.projections.context", "ContextBudgetError"),
+    "ContextPolicy": ("turnlog.projections.context", "ContextPolicy"),
+    "build_context": ("turnlog.projections.context", "build_context"),
     "tool": ("turnlog.tool", None),
     "ToolResult": ("turnlog.tool", "ToolResult"),
     "call_tool": ("turnlog.tool", "call"),

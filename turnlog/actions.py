@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from projections.registry import keep_caught_up
-from projections.todos import TodoInput, build_todo_list
-from store import (
+from turnlog.projections.registry import keep_caught_up
+from turnlog.projections.todos import TodoInput, build_todo_list
+from turnlog.store import (
     NO_SESSION,
     ForkPoint,
     InvalidEventError,
@@ -21,7 +21,7 @@ from store import (
     SQLiteStore,
     UnknownEventError,
 )
-from store.events_loop import RewindReason
+from turnlog.store.events_loop import RewindReason
 
 
 def pin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:

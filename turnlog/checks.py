@@ -3,8 +3,8 @@ projection against a fresh rebuild."""
 
 from __future__ import annotations
 
-from projections.registry import materializer
-from store import SQLiteStore, VerifyReport
+from turnlog.projections.registry import materializer
+from turnlog.store import SQLiteStore, VerifyReport
 
 
 def verify_all(store: SQLiteStore, *, quick: bool = False) -> VerifyReport:

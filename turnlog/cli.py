@@ -9,8 +9,8 @@ import time
 
 import click
 
-from projections.registry import materializer
-from store import DEFAULT_ENCODING
+from turnlog.projections.registry import materializer
+from turnlog.store import DEFAULT_ENCODING
 
 # Every command module registers its commands on `cli` when imported: this is the one module that
 # imports them all (the console script's entry point).

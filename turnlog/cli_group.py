@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from store import SQLiteStore, StoreError
+from turnlog.store import SQLiteStore, StoreError
 from turnlog import open_store
 from turnlog.output import dumps, escape_text
 

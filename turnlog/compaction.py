@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from projections.capping import cap_text
-from projections.context import (
+from turnlog.projections.capping import cap_text
+from turnlog.projections.context import (
     PER_MESSAGE,
     PRIME_TOKENS,
     Block,
@@ -22,8 +22,8 @@ from projections.context import (
     open_run,
     timeline,
 )
-from projections.summaries import find_summary_by_key
-from store import (
+from turnlog.projections.summaries import find_summary_by_key
+from turnlog.store import (
     MessageAppended,
     RecordedEvent,
     SQLiteStore,
@@ -31,7 +31,7 @@ from store import (
     SummaryRecorded,
     ToolReturned,
 )
-from store.events import summary_context_text
+from turnlog.store.events import summary_context_text
 from turnlog.summarizers import (
     ExtractiveSummarizer,
     Summarizer,

@@ -33,9 +33,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store import StoreError
-from store.events import describe_validation_error
-from store.events_policy import HandlerName
+from turnlog.store import StoreError
+from turnlog.store.events import describe_validation_error
+from turnlog.store.events_policy import HandlerName
 from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
 BUILT_IN = "extractive"

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from projections.context import INTERRUPTED, ContextMessage
-from projections.formats import to_anthropic, to_openai
-from store import (
+from turnlog.projections.context import INTERRUPTED, ContextMessage
+from turnlog.projections.formats import to_anthropic, to_openai
+from turnlog.store import (
     EventStore,
     InvalidEventError,
     MessageAppended,

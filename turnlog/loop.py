@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from projections.capping import cap_text
-from projections.context import ContextPolicy, open_run
-from projections.runtime import condensed_outputs, session_policy
-from store import (
+from turnlog.projections.capping import cap_text
+from turnlog.projections.context import ContextPolicy, open_run
+from turnlog.projections.runtime import condensed_outputs, session_policy
+from turnlog.store import (
     CompactionFailed,
     CondenserInfo,
     OutputCondensed,

@@ -16,7 +16,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from store import SQLiteStore, StoreError
+from turnlog.store import SQLiteStore, StoreError
 from turnlog import open_store
 from turnlog.tool import TOOL_NAME, description, invoke, parameters_schema
 

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from store import RecordedEvent
-from store.events import MessageAppended, MessageRemoved, SessionRewound, StateRecorded, ToolReturned
+from turnlog.store import RecordedEvent
+from turnlog.store.events import MessageAppended, MessageRemoved, SessionRewound, StateRecorded, ToolReturned
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -97,7 +97,7 @@ def at_option(help: str = "As of this log position.") -> Callable[[F], F]:
 def max_tool_tokens_option(help: str, *, policy: bool = False) -> Callable[[F], F]:
     """The shared ``--max-tool-tokens`` option of commands that build contexts (``policy``: unset
     means the session policy's cap, else 1000)."""
-    from projections.capping import MIN_CAP
+    from turnlog.projections.capping import MIN_CAP
 
     if policy:
         return click.option(

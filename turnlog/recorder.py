@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from projections.context import BuiltContext, ContextPolicy, build_context
-from projections.registry import keep_caught_up
-from projections.todos import TodoInput, build_todo_list
-from store import (
+from turnlog.projections.context import BuiltContext, ContextPolicy, build_context
+from turnlog.projections.registry import keep_caught_up
+from turnlog.projections.todos import TodoInput, build_todo_list
+from turnlog.store import (
     NO_SESSION,
     ArtifactWritten,
     Event,
@@ -52,7 +52,7 @@ from store import (
     UsageRecorded,
     VersionConflictError,
 )
-from store.events import describe_validation_error
+from turnlog.store.events import describe_validation_error
 
 if TYPE_CHECKING:
     from turnlog.loop import Handlers, LoopReport

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from store import StoreError, SummarizerInfo, SummarizerUsage
+from turnlog.store import StoreError, SummarizerInfo, SummarizerUsage
 
 
 class SummarizerError(StoreError):

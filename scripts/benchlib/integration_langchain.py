@@ -73,7 +73,7 @@ def bench_langchain(
     from sqlalchemy import create_engine, event
 
     import turnlog
-    from projections.context import ContextPolicy, build_context
+    from turnlog.projections.context import ContextPolicy, build_context
     from turnlog.integrations.langchain import TurnlogChatMessageHistory
 
     with warnings.catch_warnings():

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 from benchlib.base import SESSION, Peer
 from benchlib.workload import Msg
-from projections.context import ContextPolicy, build_context
-from projections.registry import materializer
-from store.events import Event, MessageAppended, ToolCall, ToolReturned
-from store.sqlite import SQLiteStore, TokenCounting
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.projections.registry import materializer
+from turnlog.store.events import Event, MessageAppended, ToolCall, ToolReturned
+from turnlog.store.sqlite import SQLiteStore, TokenCounting
 
 
 def to_event(msg: Msg) -> Event:

@@ -14,8 +14,8 @@ from typing import Any
 
 from benchlib.peer_turnlog import to_event
 from benchlib.workload import Msg
-from projections.registry import materializer
-from store.sqlite import SQLiteStore
+from turnlog.projections.registry import materializer
+from turnlog.store.sqlite import SQLiteStore
 
 
 def sessions_of(messages: Iterable[Msg], per_session: int) -> Iterator[list[Msg]]:

@@ -737,7 +737,7 @@ def _limits(bench: Bench, key: str) -> str:
 
 
 def _fresh_turnlog(bench: Bench, name: str, **kwargs: Any) -> Any:
-    from store.sqlite import SQLiteStore
+    from turnlog.store.sqlite import SQLiteStore
 
     folder = bench.dir / "profile"
     folder.mkdir(parents=True, exist_ok=True)
@@ -909,7 +909,7 @@ def _limit_batch(bench: Bench) -> str:
 
 
 def _limit_load(bench: Bench) -> str:
-    from store.sqlite import SQLiteStore
+    from turnlog.store.sqlite import SQLiteStore
 
     path = bench.ensure_store("turnlog", bench.cfg.batch_total)
     store = SQLiteStore.open(path)
@@ -993,8 +993,8 @@ def _after_turns(bench: Bench, path: Any, wrap: bool) -> tuple[float, float, int
 
 def _limit_build(bench: Bench) -> str:
     from benchlib.peer_turnlog import to_event
-    from projections.context import ContextPolicy, build_context
-    from store.sqlite import SQLiteStore
+    from turnlog.projections.context import ContextPolicy, build_context
+    from turnlog.store.sqlite import SQLiteStore
 
     sizes = [
         s for s in bench.cfg.sizes if ("turnlog", s) in bench.stores and bench.stores[("turnlog", s)].exists()
@@ -1077,8 +1077,8 @@ def _limit_build(bench: Bench) -> str:
 
 
 def _limit_rebuild(bench: Bench) -> str:
-    from projections.registry import materializer
-    from store.sqlite import SQLiteStore
+    from turnlog.projections.registry import materializer
+    from turnlog.store.sqlite import SQLiteStore
 
     path = bench.ensure_store("turnlog", bench.cfg.batch_total)
     copy = bench.dir / "profile" / "rebuild.db"

@@ -18,7 +18,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from projections.context import ContextPolicy, build_context
+from turnlog.projections.context import ContextPolicy, build_context
 from turnlog import open_store
 from turnlog.integrations.langgraph import TurnlogSaver
 

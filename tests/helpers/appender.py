@@ -25,8 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import store
-from store import (
+from turnlog import store
+from turnlog.store import (
     ANY,
     NO_SESSION,
     MessageAppended,

@@ -25,7 +25,7 @@ import traceback
 import zlib
 from typing import Any
 
-from store import (
+from turnlog.store import (
     INLINE_LIMIT,
     NO_SESSION,
     ArtifactWritten,

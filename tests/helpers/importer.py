@@ -16,8 +16,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import store.append_rules
-from store import SQLiteStore
+import turnlog.store.append_rules
+from turnlog.store import SQLiteStore
 from turnlog.importers import import_file
 
 

@@ -18,8 +18,8 @@ import random
 import sys
 import time
 
-from store import MessageAppended, StoreError, VersionConflictError
-from store.postgres import PostgresStore
+from turnlog.store import MessageAppended, StoreError, VersionConflictError
+from turnlog.store.postgres import PostgresStore
 
 
 def main() -> int:

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from projections.context import ContextPolicy
-from projections.summaries import list_summaries
-from store import SummaryRecorded
+from turnlog.projections.context import ContextPolicy
+from turnlog.projections.summaries import list_summaries
+from turnlog.store import SummaryRecorded
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.output import (

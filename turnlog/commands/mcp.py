@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from projections.artifact_index import INDEX_MAX_CHARS
+from turnlog.projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import tokens_range
 from turnlog.tool import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
-from store.events_policy import check_output_mode
+from turnlog.store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
+from turnlog.store.events_policy import check_output_mode
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.config import BUILT_IN, ConfigError, load_config
 from turnlog.output import echo, emit, int_range, json_option, tokens_range
@@ -198,7 +198,7 @@ def policy_defaults(
     when the policy sets none either)."""
     if budget is not None and max_tool_tokens is not None:
         return budget, max_tool_tokens
-    from projections.runtime import session_policy
+    from turnlog.projections.runtime import session_policy
 
     store.require_session(session)
     stored = session_policy(store, session)

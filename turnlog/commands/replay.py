@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from projections.context import ContextPolicy
-from projections.formats import render
-from projections.replay import replay as replay_calls
+from turnlog.projections.context import ContextPolicy
+from turnlog.projections.formats import render
+from turnlog.projections.replay import replay as replay_calls
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.projections import _manifest_table
 from turnlog.output import (

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from projections.live import COMPENSATING_TYPES, live_marks
-from projections.sessions import list_sessions
-from store import ANY, NO_SESSION, Expected, parse_events_json
+from turnlog.projections.live import COMPENSATING_TYPES, live_marks
+from turnlog.projections.sessions import list_sessions
+from turnlog.store import ANY, NO_SESSION, Expected, parse_events_json
 from turnlog.actions import fork_session, pin_message, rewind_session, unpin_message
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.policy import report_loop

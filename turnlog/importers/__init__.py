@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from store import EventStore, InvalidEventError
+from turnlog.store import EventStore, InvalidEventError
 from turnlog.importers.base import (
     Conversation,
     ImportResult,

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from store import (
+from turnlog.store import (
     MAX_TOKENS,
     NO_SESSION,
     Event,
@@ -22,8 +22,8 @@ from store import (
     SessionStarted,
     UnknownEventError,
 )
-from store.errors import DuplicateEventError
-from store.events import describe_validation_error
+from turnlog.store.errors import DuplicateEventError
+from turnlog.store.events import describe_validation_error
 
 
 @dataclass(frozen=True)

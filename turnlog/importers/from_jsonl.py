@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from store import Event, InvalidEventError, SessionStarted, parse_event, recorded_time
+from turnlog.store import Event, InvalidEventError, SessionStarted, parse_event, recorded_time
 from turnlog.importers.base import Conversation, json_lines, load_json
 
 

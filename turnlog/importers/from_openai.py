@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from projections.context import INTERRUPTED
-from store import (
+from turnlog.projections.context import INTERRUPTED
+from turnlog.store import (
     Event,
     InvalidEventError,
     MessageAppended,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from store import (
+from turnlog.store import (
     Event,
     InvalidEventError,
     MessageAppended,

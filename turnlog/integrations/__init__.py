@@ -12,7 +12,7 @@ import importlib
 import os
 from types import ModuleType
 
-from store import SQLiteStore
+from turnlog.store import SQLiteStore
 
 __all__ = ["StoreLike", "open_for_adapter", "require"]
 
@@ -37,7 +37,7 @@ def open_for_adapter(db: StoreLike) -> tuple[SQLiteStore, bool]:
     A path is opened with :func:`turnlog.open_store`, so every append advances the projections in its
     own transaction; an open store is used as it is, and stays the caller's to close."""
     if isinstance(db, SQLiteStore):
-        from projections.registry import keep_caught_up
+        from turnlog.projections.registry import keep_caught_up
 
         keep_caught_up(db)
         return db, False

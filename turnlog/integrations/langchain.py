@@ -36,8 +36,8 @@ from langchain_core.messages import (  # noqa: E402
     messages_from_dict,
 )
 
-from projections.live import live_marks  # noqa: E402
-from store import (  # noqa: E402
+from turnlog.projections.live import live_marks  # noqa: E402
+from turnlog.store import (  # noqa: E402
     NO_SESSION,
     Event,
     InvalidEventError,
@@ -51,7 +51,7 @@ from store import (  # noqa: E402
     UsageRecorded,
     VersionConflictError,
 )
-from store.rows import gc_paused  # noqa: E402
+from turnlog.store.rows import gc_paused  # noqa: E402
 
 __all__ = ["FRAMEWORK", "TurnlogChatMessageHistory"]
 

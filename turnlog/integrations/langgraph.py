@@ -58,7 +58,7 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
-from projections.langgraph_index import (  # noqa: E402
+from turnlog.projections.langgraph_index import (  # noqa: E402
     CHECKPOINT_MEDIA,
     FRAMEWORK,
     WRITES_MEDIA,
@@ -68,9 +68,9 @@ from projections.langgraph_index import (  # noqa: E402
     has_rows,
     writes_of,
 )
-from projections.live import live_marks  # noqa: E402
-from projections.registry import materializer  # noqa: E402
-from store import (  # noqa: E402
+from turnlog.projections.live import live_marks  # noqa: E402
+from turnlog.projections.registry import materializer  # noqa: E402
+from turnlog.store import (  # noqa: E402
     NO_SESSION,
     Event,
     InvalidEventError,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from projections.langgraph_index import FRAMEWORK
-from store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
+from turnlog.projections.langgraph_index import FRAMEWORK
+from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
 
 __all__ = ["ThreadMessages"]
 

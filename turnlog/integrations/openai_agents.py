@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from store import (
+from turnlog.store import (
     Event,
     MessageAppended,
     Origin,
@@ -53,8 +53,8 @@ from store import (
     UsageRecorded,
     VersionConflictError,
 )
-from store.events import RunFinished, new_event_id
-from store.rows import gc_paused
+from turnlog.store.events import RunFinished, new_event_id
+from turnlog.store.rows import gc_paused
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
 __all__ = ["DEFAULT_BUDGET", "FRAMEWORK", "TurnlogSession", "event_for_item"]
@@ -190,7 +190,7 @@ class TurnlogSession:
         """The newest ``limit`` live items (all with None), oldest first, read from the tail. Only
         each event's place and origin are read (the items are the origins, verbatim), with the
         garbage collector paused while the result is built (see store.rows.gc_paused)."""
-        from projections.live import live_marks  # here: keeps `import turnlog.integrations` light
+        from turnlog.projections.live import live_marks  # here: keeps `import turnlog.integrations` light
 
         head = self._store.head_version(self.session_id)
         window = None if limit is None else min(head, 2 * limit + 16)
@@ -334,12 +334,12 @@ class TurnlogSession:
     # -- turnlog's budgeted context and compaction -----------------------------------------------
 
     def _policy(self) -> Any:
-        from projections.context import ContextPolicy
+        from turnlog.projections.context import ContextPolicy
 
         return ContextPolicy(budget=self.budget)
 
     def _budgeted_items(self) -> list[Any]:
-        from projections.context import build_context
+        from turnlog.projections.context import build_context
 
         self._check_open()
         built = build_context(self._store, self.session_id, self._policy())

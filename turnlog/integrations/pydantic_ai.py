@@ -20,9 +20,9 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from store import SQLiteStore
-from store.errors import UnknownEventError, VersionConflictError
-from store.events import (
+from turnlog.store import SQLiteStore
+from turnlog.store.errors import UnknownEventError, VersionConflictError
+from turnlog.store.events import (
     Event,
     ForkPoint,
     MessageAppended,
@@ -31,7 +31,7 @@ from store.events import (
     ToolReturned,
     UsageRecorded,
 )
-from store.events_loop import Origin, SessionRewound, StateRecorded
+from turnlog.store.events_loop import Origin, SessionRewound, StateRecorded
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
 require("pydantic_ai", "pydantic-ai")
@@ -47,7 +47,7 @@ from pydantic_ai.conversation_store import (  # noqa: E402
 from pydantic_ai.usage import RunUsage  # noqa: E402
 
 if TYPE_CHECKING:
-    from store.base import RecordedEvent
+    from turnlog.store.base import RecordedEvent
 
 __all__ = ["FRAMEWORK", "TurnlogConversationStore"]
 

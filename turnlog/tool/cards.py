@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from projections.artifact_index import AGENT_TOOL
+from turnlog.projections.artifact_index import AGENT_TOOL
 from turnlog.tool.inputs import INPUTS, METHODS
 
 TOOL_NAME = AGENT_TOOL

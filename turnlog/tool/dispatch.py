@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from projections.artifacts import InvalidArgumentError
-from projections.capping import cap_text
-from store import (
+from turnlog.projections.artifacts import InvalidArgumentError
+from turnlog.projections.capping import cap_text
+from turnlog.store import (
     ANY,
     DuplicateEventError,
     Event,

@@ -9,13 +9,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from projections.artifacts import InvalidArgumentError, read_artifact
-from projections.capping import MIN_CAP, cap_text
-from projections.live import COMPENSATING_TYPES
-from projections.live_index import Gap, dead_ranges, is_dead
-from projections.registry import materializer
-from projections.todos import render_checklist
-from store import (
+from turnlog.projections.artifacts import InvalidArgumentError, read_artifact
+from turnlog.projections.capping import MIN_CAP, cap_text
+from turnlog.projections.live import COMPENSATING_TYPES
+from turnlog.projections.live_index import Gap, dead_ranges, is_dead
+from turnlog.projections.registry import materializer
+from turnlog.projections.todos import render_checklist
+from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
     MessagePinned,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from projections.artifact_index import (
+from turnlog.projections.artifact_index import (
     INDEX_MAX_CHARS,
     cap_entries,
     chars_omitted,
@@ -16,9 +16,9 @@ from projections.artifact_index import (
     is_own_output,
     within_chars,
 )
-from projections.artifacts import ArtifactInfo, list_artifacts, read_artifact
-from projections.todos import build_todo_list, current_todos, render_checklist
-from store import (
+from turnlog.projections.artifacts import ArtifactInfo, list_artifacts, read_artifact
+from turnlog.projections.todos import build_todo_list, current_todos, render_checklist
+from turnlog.store import (
     Event,
     MessageAppended,
     MessagePinned,
