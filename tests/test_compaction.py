@@ -10,6 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import FIXTURES
+from tests.test_context import assert_pairs_whole, independent_count, words
+from turnlog.compaction import CompactionOptions, compact
 from turnlog.projections.context import ContextBudgetError, ContextPolicy, build_context, timeline
 from turnlog.projections.summaries import list_summaries
 from turnlog.store import (
@@ -24,9 +27,6 @@ from turnlog.store import (
     ToolReturned,
     parse_events_json,
 )
-from tests.conftest import FIXTURES
-from tests.test_context import assert_pairs_whole, independent_count, words
-from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import SummarizerError
 
 SAMPLE = (FIXTURES.parent.parent / "scripts" / "data" / "coding_session.jsonl").read_text()

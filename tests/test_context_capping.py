@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.test_context import ENC, assert_pairs_whole, independent_count, sessions, words
 from turnlog.projections.context import ContextBudgetError, ContextPolicy, build_context
 from turnlog.store import MessageAppended, RunStarted, SQLiteStore, ToolCall, ToolReturned
-from tests.test_context import ENC, assert_pairs_whole, independent_count, sessions, words
 
 NOTICE = re.compile(r"\[turnlog: [^\[\]]*\]")
 REF = re.compile(r"the full (?:text|call) is (?:artifact|event) (\S+?)\]")

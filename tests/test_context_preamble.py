@@ -16,6 +16,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from turnlog import tool
+from turnlog.actions import rewind_session
+from turnlog.cli import cli
 from turnlog.projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.projections.artifacts import artifact_index, list_artifacts, read_artifact
 from turnlog.projections.context import PER_MESSAGE, ContextPolicy, build_context
@@ -31,9 +34,6 @@ from turnlog.store import (
     ToolCall,
     ToolReturned,
 )
-from turnlog import tool
-from turnlog.actions import rewind_session
-from turnlog.cli import cli
 
 SID = "s"
 HEADER = "Artifacts of this session ("

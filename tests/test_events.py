@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
+from tests.store_contract import EVENT_STRATEGIES, PIN_TYPES, example_events, identifiers, summaries, texts
 from turnlog.store import (
     CURRENT_VERSIONS,
     EVENT_ADAPTER,
@@ -40,7 +41,6 @@ from turnlog.store import (
 )
 from turnlog.store import events as events_module
 from turnlog.store.events import dump_payload, load_stored, new_event_id
-from tests.store_contract import EVENT_STRATEGIES, PIN_TYPES, example_events, identifiers, summaries, texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
 # Every model the events module defines, found rather than listed, so a new one cannot slip past.

@@ -21,6 +21,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from turnlog.cli import cli
+from turnlog.exporters import (
+    export_anthropic,
+    export_jsonl,
+    export_openai,
+    export_sessions,
+    export_to_file,
+    jsonl_digest,
+)
+from turnlog.importers import import_file, parse_jsonl
 from turnlog.projections.context import INTERRUPTED, ContextPolicy, build_context
 from turnlog.store import (
     EVENT_CLASSES,
@@ -56,16 +66,6 @@ from turnlog.store import (
     UsageRecorded,
     parse_event,
 )
-from turnlog.cli import cli
-from turnlog.exporters import (
-    export_anthropic,
-    export_jsonl,
-    export_openai,
-    export_sessions,
-    export_to_file,
-    jsonl_digest,
-)
-from turnlog.importers import import_file, parse_jsonl
 
 BIG_OUTPUT = "".join(f"line {i}: FAILED test_{i} - AssertionError ✗\n" for i in range(400))
 BIG_ARTIFACT = "def f(x):\n    return x * 2  # ünïcode\n" * 300

@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.test_compaction import long_session
+from turnlog.actions import fork_session
+from turnlog.cli import cli
+from turnlog.compaction import CompactionOptions, compact
 from turnlog.projections.artifacts import list_artifacts
 from turnlog.projections.context import INTERRUPTED, ContextPolicy, build_context
 from turnlog.projections.summaries import list_summaries
@@ -27,10 +31,6 @@ from turnlog.store import (
     ToolCall,
     ToolReturned,
 )
-from tests.test_compaction import long_session
-from turnlog.actions import fork_session
-from turnlog.cli import cli
-from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import SummaryRequest
 
 POLICY = ContextPolicy(budget=100_000, index=False)

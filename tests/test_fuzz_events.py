@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from turnlog.projections.ledger import audit
-from turnlog.store import EVENT_ADAPTER, EVENT_CLASSES, SQLiteStore, StoreError, parse_event, parse_events_json
+from turnlog.store import (
+    EVENT_ADAPTER,
+    EVENT_CLASSES,
+    SQLiteStore,
+    StoreError,
+    parse_event,
+    parse_events_json,
+)
 
 _SETTINGS = settings(
     max_examples=300,

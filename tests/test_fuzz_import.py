@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnlog.store import InvalidEventError, SQLiteStore, StoreError
 from turnlog.cli import cli
 from turnlog.importers import IMPORT_FORMATS, import_file
 from turnlog.importers.base import MAX_JSON_DEPTH, load_json
+from turnlog.store import InvalidEventError, SQLiteStore, StoreError
 
 FORMATS = sorted(IMPORT_FORMATS)
 

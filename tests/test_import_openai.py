@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.conftest import FIXTURES
+from turnlog.importers import import_file, parse_openai
 from turnlog.store import (
     MAX_TOKENS,
     InvalidEventError,
@@ -17,8 +19,6 @@ from turnlog.store import (
     UsageRecorded,
 )
 from turnlog.store.errors import DuplicateEventError
-from tests.conftest import FIXTURES
-from turnlog.importers import import_file, parse_openai
 
 CHAT = (FIXTURES / "openai_chat.json").read_text()
 SIMPLE = [

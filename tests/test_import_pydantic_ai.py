@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import FIXTURES
+from turnlog.importers import import_file, parse_pydantic_ai
 from turnlog.projections.context import ContextPolicy, build_context
 from turnlog.store import (
     Event,
@@ -30,8 +32,6 @@ from turnlog.store import (
     ToolReturned,
     UsageRecorded,
 )
-from tests.conftest import FIXTURES
-from turnlog.importers import import_file, parse_pydantic_ai
 
 CURRENT = (FIXTURES / "pydantic_ai_coding_run.json").read_text()
 LEGACY = (FIXTURES / "pydantic_ai_legacy_v0.json").read_text()

@@ -22,9 +22,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from turnlog.importers import import_file, parse_pydantic_ai
 from turnlog.projections.context import ContextPolicy, build_context
 from turnlog.store import MessageAppended, MessageRemoved, SQLiteStore, ToolReturned
-from turnlog.importers import import_file, parse_pydantic_ai
 
 
 @pytest.fixture

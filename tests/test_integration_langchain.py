@@ -39,9 +39,9 @@ from langchain_core.messages import (
     get_buffer_string,
 )
 
-from turnlog.store import InvalidEventError, SessionRewound, SQLiteStore
 from turnlog.cli import cli
 from turnlog.integrations.langchain import TurnlogChatMessageHistory
+from turnlog.store import InvalidEventError, SessionRewound, SQLiteStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "scripts" / "examples" / "langchain_example.py"

@@ -28,8 +28,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, create_checkpoint, em
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from turnlog.store import SessionRewound, SQLiteStore, StateRecorded
 from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.store import SessionRewound, SQLiteStore, StateRecorded
 
 # --- LangGraph's conformance suite -----------------------------------------------------------------
 

@@ -34,9 +34,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from turnlog.store import MessageRemoved, SessionRewound, SQLiteStore, StateRecorded
 from turnlog.cli import cli
 from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.store import MessageRemoved, SessionRewound, SQLiteStore, StateRecorded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "scripts" / "examples" / "langgraph_example.py"

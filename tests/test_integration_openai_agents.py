@@ -25,8 +25,8 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from turnlog.store import SessionPolicy, SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
 from turnlog.integrations.openai_agents import TurnlogSession
+from turnlog.store import SessionPolicy, SessionRewound, SQLiteStore, SummaryRecorded, UsageRecorded
 
 ROOT = Path(__file__).resolve().parent.parent
 Factory = Callable[..., Any]

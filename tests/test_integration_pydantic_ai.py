@@ -29,10 +29,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from turnlog.store import SQLiteStore
-from turnlog.store.events import UsageRecorded
 from turnlog.cli import cli
 from turnlog.integrations.pydantic_ai import TurnlogConversationStore
+from turnlog.store import SQLiteStore
+from turnlog.store.events import UsageRecorded
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

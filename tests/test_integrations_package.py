@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from turnlog.store import SQLiteStore
 from turnlog.integrations import open_for_adapter, require
+from turnlog.store import SQLiteStore
 
 FRAMEWORKS = ("agents", "langgraph", "langchain_core", "langchain_community", "pydantic_ai", "openai")
 

@@ -13,6 +13,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.test_cli_projections import run
+from tests.test_compaction import long_session
+from tests.test_ledger import Clock
+from turnlog.compaction import CompactionOptions, compact
 from turnlog.projections.context import ContextPolicy
 from turnlog.projections.ledger import (
     AGENT,
@@ -40,10 +44,6 @@ from turnlog.store import (
     UsageRecorded,
 )
 from turnlog.store.events import summary_context_text
-from tests.test_cli_projections import run
-from tests.test_compaction import long_session
-from tests.test_ledger import Clock
-from turnlog.compaction import CompactionOptions, compact
 from turnlog.summarizers import CallableSummarizer, SummaryRequest, SummaryResult
 
 DAY1 = "2025-09-01T10:00:00.000000+00:00"

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.store_contract import summary
+from turnlog import open_store
 from turnlog.projections.artifacts import list_artifacts
 from turnlog.projections.context import build_context
 from turnlog.projections.context_types import ContextPolicy
@@ -26,8 +28,6 @@ from turnlog.store import (
     ToolReturned,
     UsageRecorded,
 )
-from tests.store_contract import summary
-from turnlog import open_store
 
 POLICY = ContextPolicy(budget=100_000, format="openai")
 

@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
+from turnlog.cli import cli
+from turnlog.loop import Handlers, after_commit, get_policy, set_policy
 from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.recorder import SessionRecorder, session
 from turnlog.store import (
     CompactionFailed,
     OutputCondensed,
@@ -23,10 +27,6 @@ from turnlog.store import (
     SummarizerUsage,
     SummaryRecorded,
 )
-from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
-from turnlog.cli import cli
-from turnlog.loop import Handlers, after_commit, get_policy, set_policy
-from turnlog.recorder import SessionRecorder, session
 from turnlog.summarizers import SummaryRequest, SummaryResult
 
 BIG = "\n".join(f"src/mod{i}.py:{i}: error: check {i} failed (expected 4, got {i})" for i in range(500))

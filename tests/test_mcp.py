@@ -18,11 +18,11 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 import turnlog
+from turnlog.cli import cli
+from turnlog.mcp_server import OUTPUT_SCHEMA, TOOL_CALL_ID_META
 from turnlog.projections.artifacts import list_artifacts
 from turnlog.projections.todos import current_todos
 from turnlog.store import MessageAppended, TodosUpdated, ToolCall, ToolReturned
-from turnlog.cli import cli
-from turnlog.mcp_server import OUTPUT_SCHEMA, TOOL_CALL_ID_META
 from turnlog.tool import help_card
 
 ROOT = Path(__file__).parent.parent

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from turnlog.store import MessageAppended, StoreError
 from tests.helpers.postgres import pg_schema, pg_url
 from tests.store_contract import msg, snapshot
+from turnlog.store import MessageAppended, StoreError
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")
 

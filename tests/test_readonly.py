@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from turnlog.projections.registry import all_projections, materializer
-from turnlog.store import MessageAppended, SQLiteStore, StoreError, ToolCall, ToolReturned
 from turnlog import open_store, session
 from turnlog.actions import pin_message
 from turnlog.cli import cli
+from turnlog.projections.registry import all_projections, materializer
+from turnlog.store import MessageAppended, SQLiteStore, StoreError, ToolCall, ToolReturned
 
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
 TURNLOG = Path(sys.executable).parent / "turnlog"

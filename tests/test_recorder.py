@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from turnlog.projections.todos import build_todo_list, current_todos
+from turnlog.recorder import SessionRecorder, session
 from turnlog.store import (
     ArtifactWritten,
     ContextBuilt,
@@ -31,7 +32,6 @@ from turnlog.store import (
     UsageRecorded,
     VersionConflictError,
 )
-from turnlog.recorder import SessionRecorder, session
 
 ROOT = Path(__file__).parent.parent
 

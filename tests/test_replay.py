@@ -8,14 +8,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from turnlog.projections.context import PRIME_TOKENS, ContextPolicy, build_context
-from turnlog.projections.replay import replay
-from turnlog.store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
 from tests.conftest import FIXTURES
 from turnlog.actions import fork_session
 from turnlog.cli import cli
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.importers import import_file
+from turnlog.projections.context import PRIME_TOKENS, ContextPolicy, build_context
+from turnlog.projections.replay import replay
+from turnlog.store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
 
 SAMPLE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
 POLICY = ContextPolicy(budget=3000, max_tool_tokens=200)

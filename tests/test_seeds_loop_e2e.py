@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import turnlog
-from turnlog.store import OutputCondensed, SQLiteStore, SummaryRecorded, TodosUpdated
 from turnlog.recorder import SessionRecorder
+from turnlog.store import OutputCondensed, SQLiteStore, SummaryRecorded, TodosUpdated
 
 BUDGET = 1500
 CAP = 300

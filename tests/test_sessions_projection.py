@@ -30,7 +30,9 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SQLiteSto
     opened = SQLiteStore.open(tmp_path / "sessions.db")
     # A clock that ticks one second per append, so first and last activity differ predictably.
     ticks = itertools.count()
-    monkeypatch.setattr("turnlog.store.sqlite_append.now", lambda: f"2025-08-01T10:00:{next(ticks):02d}.000000+00:00")
+    monkeypatch.setattr(
+        "turnlog.store.sqlite_append.now", lambda: f"2025-08-01T10:00:{next(ticks):02d}.000000+00:00"
+    )
     try:
         yield opened
     finally:

@@ -15,6 +15,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers.driver_guard import guard, public_methods
+from tests.helpers.postgres import drop_schema, new_schema_name, pg_schema, pg_url, require_pg, sql
+from tests.store_contract import (
+    ROUND_TRIP_SETTINGS,
+    StoreContract,
+    example_events,
+    msg,
+    session_events,
+    snapshot,
+    summary,
+)
 from turnlog.store import (
     ANY,
     NO_SESSION,
@@ -34,17 +45,6 @@ from turnlog.store import (
     StoreError,
     TokenizerError,
     ToolReturned,
-)
-from tests.helpers.driver_guard import guard, public_methods
-from tests.helpers.postgres import drop_schema, new_schema_name, pg_schema, pg_url, require_pg, sql
-from tests.store_contract import (
-    ROUND_TRIP_SETTINGS,
-    StoreContract,
-    example_events,
-    msg,
-    session_events,
-    snapshot,
-    summary,
 )
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import zstandard
 
+from tests.helpers.driver_guard import guard, public_methods
+from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
 from turnlog.store import (
     INLINE_LIMIT,
     ArtifactWritten,
@@ -27,8 +29,6 @@ from turnlog.store import (
     ToolReturned,
 )
 from turnlog.store.schema import LATEST_VERSION
-from tests.helpers.driver_guard import guard, public_methods
-from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
 
 # --- the contract, four ways ---------------------------------------------------------------------
 

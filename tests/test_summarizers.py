@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from turnlog.store import load_tokenizer
 from tests.helpers.fake_openai import FakeOpenAI, completion, fake_server  # noqa: F401  (the fixture)
+from turnlog.store import load_tokenizer
 from turnlog.summarizers import (
     CallableSummarizer,
     CommandSummarizer,

@@ -11,6 +11,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from turnlog.cli import cli
+from turnlog.output import dumps, escape_text
 from turnlog.store import (
     ArtifactWritten,
     MessageAppended,
@@ -29,8 +31,6 @@ from turnlog.store import (
     UsageRecorded,
 )
 from turnlog.store.events import SummarizerInfo, summary_context_text
-from turnlog.cli import cli
-from turnlog.output import dumps, escape_text
 
 # Clears the screen, sets the window title, rings the bell, NUL, an 8-bit CSI, DEL and a bidi
 # override: what a hostile tool output or web page can put into an agent's log.

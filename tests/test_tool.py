@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turnlog.tool as tool
+from turnlog.checks import verify_all
 from turnlog.projections.artifacts import list_artifacts
 from turnlog.projections.context import ContextPolicy, build_context
 from turnlog.projections.todos import build_todo_list, current_todos
@@ -31,7 +32,6 @@ from turnlog.store import (
     VersionConflictError,
     parse_events_json,
 )
-from turnlog.checks import verify_all
 from turnlog.tool.cards import CARDS
 from turnlog.tool.inputs import fields_of
 

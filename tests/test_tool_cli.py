@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 import turnlog.tool as tool
-from turnlog.store import MessageAppended, SQLiteStore, ToolReturned, load_tokenizer
 from turnlog.cli import cli
+from turnlog.store import MessageAppended, SQLiteStore, ToolReturned, load_tokenizer
 
 SESSION_FILE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
 SID = "fix-rounding"

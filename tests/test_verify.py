@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from turnlog.cli import cli
 from turnlog.projections.ledger import audit
 from turnlog.store import (
     MAX_TOKENS,
@@ -26,7 +27,6 @@ from turnlog.store import (
 )
 from turnlog.store.rows import event_hash
 from turnlog.store.schema import TRIGGERS
-from turnlog.cli import cli
 
 
 def msg(text: str) -> MessageAppended:

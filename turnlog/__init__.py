@@ -14,10 +14,6 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from turnlog.projections.registry import keep_caught_up
-from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
-from turnlog.store import __all__ as _store_all
-from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
 from turnlog.importers import (
@@ -30,13 +26,17 @@ from turnlog.importers import (
     parse_openai,
     parse_pydantic_ai,
 )
+from turnlog.projections.registry import keep_caught_up
 from turnlog.recorder import SessionRecorder, session
+from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
+from turnlog.store import __all__ as _store_all
+from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 
 if TYPE_CHECKING:
-    from turnlog.projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog import tool
     from turnlog.config import load_config
     from turnlog.loop import Handlers, LoopReport, after_commit, get_policy, set_policy
+    from turnlog.projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
     from turnlog.tool import ToolResult, tool_definition
     from turnlog.tool import call as call_tool
     from turnlog.tool import invoke as invoke_tool

@@ -9,9 +9,6 @@ import time
 
 import click
 
-from turnlog.projections.registry import materializer
-from turnlog.store import DEFAULT_ENCODING
-
 # Every command module registers its commands on `cli` when imported: this is the one module that
 # imports them all (the console script's entry point).
 from turnlog import commands  # noqa: F401
@@ -19,6 +16,8 @@ from turnlog.checks import verify_all
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.io import _ProgressBar
 from turnlog.output import emit, json_option
+from turnlog.projections.registry import materializer
+from turnlog.store import DEFAULT_ENCODING
 
 __all__ = ["cli", "main"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from turnlog.store import SQLiteStore, StoreError
 from turnlog import open_store
 from turnlog.output import dumps, escape_text
+from turnlog.store import SQLiteStore, StoreError
 
 
 class _Group(click.Group):

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnlog.compaction import CompactionOptions, CompactionResult, compact
+from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
 from turnlog.projections.capping import cap_text
 from turnlog.projections.context import ContextPolicy, open_run
 from turnlog.projections.runtime import condensed_outputs, session_policy
@@ -32,8 +34,6 @@ from turnlog.store import (
     StoreError,
     ToolReturned,
 )
-from turnlog.compaction import CompactionOptions, CompactionResult, compact
-from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
 from turnlog.summarizers import Summarizer, SummaryRequest, TranscriptItem, as_summarizer
 
 log = logging.getLogger("turnlog")

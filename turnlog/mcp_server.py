@@ -16,8 +16,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from turnlog.store import SQLiteStore, StoreError
 from turnlog import open_store
+from turnlog.store import SQLiteStore, StoreError
 from turnlog.tool import TOOL_NAME, description, invoke, parameters_schema
 
 __all__ = [

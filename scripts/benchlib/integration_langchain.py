@@ -73,8 +73,8 @@ def bench_langchain(
     from sqlalchemy import create_engine, event
 
     import turnlog
-    from turnlog.projections.context import ContextPolicy, build_context
     from turnlog.integrations.langchain import TurnlogChatMessageHistory
+    from turnlog.projections.context import ContextPolicy, build_context
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -18,9 +18,9 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from turnlog.projections.context import ContextPolicy, build_context
 from turnlog import open_store
 from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.projections.context import ContextPolicy, build_context
 
 db = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()) / "turnlog.db"
 call = {"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1", "type": "tool_call"}

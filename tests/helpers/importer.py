@@ -16,9 +16,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import turnlog.store.append_rules
-from turnlog.store import SQLiteStore
 from turnlog.importers import import_file
+from turnlog.store import SQLiteStore
 
 
 def main() -> None:

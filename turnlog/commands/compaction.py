@@ -8,9 +8,6 @@ from typing import Any
 
 import click
 
-from turnlog.projections.context import ContextPolicy
-from turnlog.projections.summaries import list_summaries
-from turnlog.store import SummaryRecorded
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.output import (
@@ -23,6 +20,9 @@ from turnlog.output import (
     table,
     tokens_range,
 )
+from turnlog.projections.context import ContextPolicy
+from turnlog.projections.summaries import list_summaries
+from turnlog.store import SummaryRecorded
 from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from turnlog.projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import tokens_range
+from turnlog.projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.tool import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS
 
 MCP_MISSING = "turnlog mcp needs the mcp package, which is not installed: pip install 'turnlog[mcp]'"

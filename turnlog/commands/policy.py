@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from turnlog.store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
-from turnlog.store.events_policy import check_output_mode
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.config import BUILT_IN, ConfigError, load_config
 from turnlog.output import echo, emit, int_range, json_option, tokens_range
+from turnlog.store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
+from turnlog.store.events_policy import check_output_mode
 
 DEFAULT_TOOL_CAP = 1000
 """The tool output cap of a context when neither the command nor the policy sets one."""

@@ -9,11 +9,6 @@ from typing import Any
 
 import click
 
-from turnlog.projections.artifacts import artifact_index, list_artifacts, read_artifact
-from turnlog.projections.capping import MIN_CAP
-from turnlog.projections.context import ContextPolicy, build_context
-from turnlog.projections.ledger import AuditReport, audit, load_prices
-from turnlog.projections.todos import current_todos, render_checklist, todo_history
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.policy import as_modes, modes_option, policy_defaults
@@ -31,6 +26,11 @@ from turnlog.output import (
     table,
     tokens_range,
 )
+from turnlog.projections.artifacts import artifact_index, list_artifacts, read_artifact
+from turnlog.projections.capping import MIN_CAP
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.projections.ledger import AuditReport, audit, load_prices
+from turnlog.projections.todos import current_todos, render_checklist, todo_history
 
 
 @cli.command()

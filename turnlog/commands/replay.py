@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import click
 
-from turnlog.projections.context import ContextPolicy
-from turnlog.projections.formats import render
-from turnlog.projections.replay import replay as replay_calls
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.projections import _manifest_table
 from turnlog.output import (
@@ -20,6 +17,9 @@ from turnlog.output import (
     table,
     tokens_range,
 )
+from turnlog.projections.context import ContextPolicy
+from turnlog.projections.formats import render
+from turnlog.projections.replay import replay as replay_calls
 
 
 @cli.command()

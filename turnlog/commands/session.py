@@ -8,9 +8,6 @@ from typing import Any
 
 import click
 
-from turnlog.projections.live import COMPENSATING_TYPES, live_marks
-from turnlog.projections.sessions import list_sessions
-from turnlog.store import ANY, NO_SESSION, Expected, parse_events_json
 from turnlog.actions import fork_session, pin_message, rewind_session, unpin_message
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.policy import report_loop
@@ -25,6 +22,9 @@ from turnlog.output import (
     read_text,
     short,
 )
+from turnlog.projections.live import COMPENSATING_TYPES, live_marks
+from turnlog.projections.sessions import list_sessions
+from turnlog.store import ANY, NO_SESSION, Expected, parse_events_json
 
 
 def _expected(value: str | None) -> Expected:

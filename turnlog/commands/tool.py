@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from turnlog.projections.artifact_index import INDEX_MAX_CHARS
-from turnlog.store import load_tokenizer
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.output import emit, input_file_option, json_option, tokens_range
+from turnlog.projections.artifact_index import INDEX_MAX_CHARS
+from turnlog.store import load_tokenizer
 from turnlog.tool import (
     DEFAULT_MAX_TOKENS,
     METHODS,

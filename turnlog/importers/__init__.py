@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from turnlog.store import EventStore, InvalidEventError
 from turnlog.importers.base import (
     Conversation,
     ImportResult,
@@ -23,6 +22,7 @@ from turnlog.importers.base import (
 from turnlog.importers.from_jsonl import parse_jsonl
 from turnlog.importers.from_openai import parse_openai
 from turnlog.importers.from_pydantic_ai import parse_pydantic_ai
+from turnlog.store import EventStore, InvalidEventError
 
 Parser = Callable[..., list[Conversation]]
 

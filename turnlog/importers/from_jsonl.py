@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnlog.store import Event, InvalidEventError, SessionStarted, parse_event, recorded_time
 from turnlog.importers.base import Conversation, json_lines, load_json
+from turnlog.store import Event, InvalidEventError, SessionStarted, parse_event, recorded_time
 
 
 def parse_jsonl(text: str, *, session: str | None = None) -> list[Conversation]:

@@ -7,16 +7,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from turnlog.projections.context import INTERRUPTED
-from turnlog.store import (
-    Event,
-    InvalidEventError,
-    MessageAppended,
-    SessionStarted,
-    ToolCall,
-    ToolReturned,
-    UsageRecorded,
-)
 from turnlog.importers.base import (
     Conversation,
     arguments_text,
@@ -26,6 +16,16 @@ from turnlog.importers.base import (
     short_repr,
     token_count,
     with_derived_ids,
+)
+from turnlog.projections.context import INTERRUPTED
+from turnlog.store import (
+    Event,
+    InvalidEventError,
+    MessageAppended,
+    SessionStarted,
+    ToolCall,
+    ToolReturned,
+    UsageRecorded,
 )
 
 

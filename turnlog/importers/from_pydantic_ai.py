@@ -7,16 +7,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from turnlog.store import (
-    Event,
-    InvalidEventError,
-    MessageAppended,
-    MessageRemoved,
-    SessionStarted,
-    ToolCall,
-    ToolReturned,
-    UsageRecorded,
-)
 from turnlog.importers.base import (
     Conversation,
     arguments_text,
@@ -27,6 +17,16 @@ from turnlog.importers.base import (
     load_json,
     token_count,
     with_derived_ids,
+)
+from turnlog.store import (
+    Event,
+    InvalidEventError,
+    MessageAppended,
+    MessageRemoved,
+    SessionStarted,
+    ToolCall,
+    ToolReturned,
+    UsageRecorded,
 )
 
 # Request parts that hold no conversation: pydantic-ai's own bookkeeping of instructions, tools,

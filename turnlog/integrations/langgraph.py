@@ -58,6 +58,8 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
+from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
+from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
 from turnlog.projections.langgraph_index import (  # noqa: E402
     CHECKPOINT_MEDIA,
     FRAMEWORK,
@@ -85,8 +87,6 @@ from turnlog.store import (  # noqa: E402
     ToolReturned,
     VersionConflictError,
 )
-from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
-from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
 
 __all__ = ["FRAMEWORK", "TurnlogSaver"]
 

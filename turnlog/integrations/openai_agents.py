@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from turnlog.integrations import StoreLike, open_for_adapter, require
 from turnlog.store import (
     Event,
     MessageAppended,
@@ -55,7 +56,6 @@ from turnlog.store import (
 )
 from turnlog.store.events import RunFinished, new_event_id
 from turnlog.store.rows import gc_paused
-from turnlog.integrations import StoreLike, open_for_adapter, require
 
 __all__ = ["DEFAULT_BUDGET", "FRAMEWORK", "TurnlogSession", "event_for_item"]
 

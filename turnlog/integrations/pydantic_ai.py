@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from turnlog.integrations import StoreLike, open_for_adapter, require
 from turnlog.store import SQLiteStore
 from turnlog.store.errors import UnknownEventError, VersionConflictError
 from turnlog.store.events import (
@@ -32,7 +33,6 @@ from turnlog.store.events import (
     UsageRecorded,
 )
 from turnlog.store.events_loop import Origin, SessionRewound, StateRecorded
-from turnlog.integrations import StoreLike, open_for_adapter, require
 
 require("pydantic_ai", "pydantic-ai")
 

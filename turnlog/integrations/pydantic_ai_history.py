@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnlog.integrations import StoreLike, open_for_adapter, require
 from turnlog.projections.context import ContextPolicy, build_context
 from turnlog.projections.context_types import ContextMessage
-from turnlog.integrations import StoreLike, open_for_adapter, require
 
 require("pydantic_ai", "pydantic-ai")
 

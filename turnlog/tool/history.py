@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from turnlog.output import describe
 from turnlog.projections.artifacts import InvalidArgumentError, read_artifact
 from turnlog.projections.capping import MIN_CAP, cap_text
 from turnlog.projections.live import COMPENSATING_TYPES
@@ -28,7 +29,6 @@ from turnlog.store import (
     ToolReturned,
     UnknownEventError,
 )
-from turnlog.output import describe
 from turnlog.tool.cards import TOOL_NAME
 from turnlog.tool.errors import ToolInputError
 from turnlog.tool.inputs import MAX_RANGE, HistoryEvent, HistoryRange, HistorySearch, HistoryTail
