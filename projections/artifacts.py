@@ -5,7 +5,6 @@ by page (by lines, optionally under a token budget) by full id or a unique id pr
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -25,13 +24,14 @@ from turnlog.projections.materialize import Projection, copy_rows, fork_of
 from turnlog.store import (
     ArtifactWritten,
     RecordedEvent,
-    SQLiteStore,
+    Store,
     StoreError,
     Tokenizer,
     ToolReturned,
     UnknownArtifactError,
     load_tokenizer,
 )
+from turnlog.store.dialect import Connection, dialect_of
 
 ABSTRACT_CHARS = 120
 """Characters of content (whitespace collapsed) kept as an artifact's abstract."""
@@ -131,9 +131,11 @@ class ArtifactsProjection(Projection):
     tables: ClassVar[tuple[str, ...]] = ("artifacts",)
     types: ClassVar[tuple[str, ...] | None] = ("artifact_written", "tool_returned", "session_started")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.artifacts (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.artifacts (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
@@ -151,12 +153,13 @@ class ArtifactsProjection(Projection):
                 lines INTEGER NOT NULL,
                 abstract TEXT NOT NULL,
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.artifacts_by_id ON artifacts (artifact_id)
-            """.split(";"):
-            conn.execute(statement)
+            );
+            CREATE INDEX artifacts_by_id ON {schema}.artifacts (artifact_id)
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         tokenizer: Tokenizer | None = None
         rows: list[tuple[object, ...]] = []
         for record in records:
@@ -198,7 +201,7 @@ class ArtifactsProjection(Projection):
         self._insert(conn, rows)
 
     @staticmethod
-    def _insert(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+    def _insert(conn: Connection, rows: list[tuple[object, ...]]) -> None:
         conn.executemany(
             "INSERT INTO artifacts (session_id, position, version, event_id, recorded_at, kind, "
             "artifact_id, name, source, tool_call_id, media_type, size, tokens, tokens_exact, lines, "
@@ -211,7 +214,7 @@ class ArtifactsProjection(Projection):
 # --- queries ---------------------------------------------------------------------------------------
 
 
-def list_artifacts(store: SQLiteStore, session_id: str, at: int | None = None) -> list[ArtifactInfo]:
+def list_artifacts(store: Store, session_id: str, at: int | None = None) -> list[ArtifactInfo]:
     """The session's artifacts in log order, each write listed once (the same content written twice
     is listed twice, with the same id). ``at``: only those written at or before that global position.
     Raises UnknownSessionError for a session with no events."""
@@ -229,7 +232,7 @@ def list_artifacts(store: SQLiteStore, session_id: str, at: int | None = None) -
 
 
 def artifact_index(
-    store: SQLiteStore, session_id: str, at: int | None = None, max_chars: int = INDEX_MAX_CHARS
+    store: Store, session_id: str, at: int | None = None, max_chars: int = INDEX_MAX_CHARS
 ) -> str:
     """A short index of the session's artifacts for progressive disclosure: a header line, then one
     line per artifact, `` - `id12` · source · `name` — abstract ``, sorted by name (code-point order)
@@ -255,7 +258,7 @@ def artifact_index(
 
 
 def read_artifact(
-    store: SQLiteStore,
+    store: Store,
     artifact_id: str,
     offset: int = 0,
     limit: int = DEFAULT_LIMIT,
@@ -303,14 +306,14 @@ _HEX = re.compile(r"[0-9a-f]+")
 _SPACE = re.compile(r"\s+")
 
 
-def _caught_up(store: SQLiteStore) -> None:
+def _caught_up(store: Store) -> None:
     # Imported here: the registry imports this module to list its projection.
     from turnlog.projections.registry import materializer
 
     materializer(store).catch_up()
 
 
-def _store_tokenizer(conn: sqlite3.Connection) -> Tokenizer:
+def _store_tokenizer(conn: Connection) -> Tokenizer:
     """The tokenizer the store records (projections get a connection, not the store)."""
     row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
     return load_tokenizer(row[0]) if row else load_tokenizer()
@@ -355,7 +358,7 @@ def _through(at: int | None) -> int:
     return 2**62 if at is None else at
 
 
-def _resolve(store: SQLiteStore, artifact_id: str) -> str:
+def _resolve(store: Store, artifact_id: str) -> str:
     """The full id for a full id or a unique prefix of at least MIN_PREFIX hex characters."""
     if not isinstance(artifact_id, str):
         raise InvalidArgumentError(f"an artifact id is a string of hex characters, not {artifact_id!r}")

@@ -27,11 +27,11 @@ from turnlog.projections.context_types import (
     Mode,
 )
 from turnlog.projections.registry import materializer
-from turnlog.store import SQLiteStore, StoreError
+from turnlog.store import Store, StoreError
 
 
 def build_context(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     policy: ContextPolicy,
     at: int | None = None,
@@ -61,7 +61,7 @@ def build_context(
     return built
 
 
-def timeline(store: SQLiteStore, session_id: str, policy: ContextPolicy) -> list[Block]:
+def timeline(store: Store, session_id: str, policy: ContextPolicy) -> list[Block]:
     """The session as compaction sees it now, in version order: retained messages, active summaries
     (their covered messages are not read), and every other message grouped with its tool results."""
     store.require_session(session_id)
@@ -71,7 +71,7 @@ def timeline(store: SQLiteStore, session_id: str, policy: ContextPolicy) -> list
     return builder.timeline()
 
 
-def open_run(store: SQLiteStore, session_id: str, at: int | None = None) -> str | None:
+def open_run(store: Store, session_id: str, at: int | None = None) -> str | None:
     """The id of the session's run that is still open (as of ``at``), if any."""
     materializer(store).catch_up()
     at = store.head_position() if at is None else at

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from turnlog.projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
-from turnlog.store import MessageAppended, SQLiteStore, Tokenizer
+from turnlog.store import MessageAppended, Store, Tokenizer
 
 
 def output_notice(ref: str, *, is_artifact: bool) -> Notice:
@@ -61,11 +61,11 @@ _CACHE_SIZE = 4096
 # id and different content (a copy, an import into a second file) never see each other's text. Weak
 # keys: a closed and dropped store takes its cache with it, and a new store at the same address
 # starts empty.
-_CACHES: weakref.WeakKeyDictionary[SQLiteStore, OrderedDict[_CacheKey, Capped]] = weakref.WeakKeyDictionary()
+_CACHES: weakref.WeakKeyDictionary[Store, OrderedDict[_CacheKey, Capped]] = weakref.WeakKeyDictionary()
 
 
 def cap_output(
-    store: SQLiteStore,
+    store: Store,
     event_id: str,
     content: str,
     cap: int,
@@ -84,7 +84,7 @@ def cap_output(
     return _remember(store, key, cap_text(content, cap, tok, notice, total_tokens=total))
 
 
-def cap_call_arguments(store: SQLiteStore, event_id: str, index: int, arguments: str, cap: int) -> Capped:
+def cap_call_arguments(store: Store, event_id: str, index: int, arguments: str, cap: int) -> Capped:
     """The arguments of a message's ``index``-th tool call capped to ``cap`` tokens (once per
     store, call and cap): see ``cap_arguments``."""
     key: _CacheKey = (store.tokenizer.name, f"arguments {index}", event_id, cap, len(arguments), 0, None)
@@ -167,14 +167,14 @@ def _replace(value: Any, path: tuple[Any, ...], text: str) -> Any:
     return value
 
 
-def cached_capped(store: SQLiteStore, key: _CacheKey, make: Callable[[], Capped]) -> Capped:
+def cached_capped(store: Store, key: _CacheKey, make: Callable[[], Capped]) -> Capped:
     """``make()``, remembered per store under ``key`` (with the tokenizer's name added)."""
     full = (store.tokenizer.name, *key)
     found = _cached(store, full)
     return found if found is not None else _remember(store, full, make())
 
 
-def _cached(store: SQLiteStore, key: _CacheKey) -> Capped | None:
+def _cached(store: Store, key: _CacheKey) -> Capped | None:
     cache = _CACHES.get(store)
     found = cache.get(key) if cache is not None else None
     if cache is not None and found is not None:
@@ -182,7 +182,7 @@ def _cached(store: SQLiteStore, key: _CacheKey) -> Capped | None:
     return found
 
 
-def _remember(store: SQLiteStore, key: _CacheKey, capped: Capped) -> Capped:
+def _remember(store: Store, key: _CacheKey, capped: Capped) -> Capped:
     cache = _CACHES.get(store)
     if cache is None:
         cache = _CACHES[store] = OrderedDict()

@@ -8,16 +8,14 @@ from __future__ import annotations
 from turnlog.projections.capping import MIN_CAP, Capped, cap_text
 from turnlog.projections.context_capping import cached_capped
 from turnlog.projections.runtime import Condensed, condensed_outputs, session_policy
-from turnlog.store import OutputCondensed, SessionPolicy, SQLiteStore
+from turnlog.store import OutputCondensed, SessionPolicy, Store
 
 
 class CondensedViews:
     """The condensed views one build may show: read once per build, and only when an output over the
     cap asks for one."""
 
-    def __init__(
-        self, store: SQLiteStore, session_id: str, at: int, overrides: dict[str, str] | None
-    ) -> None:
+    def __init__(self, store: Store, session_id: str, at: int, overrides: dict[str, str] | None) -> None:
         self.store = store
         self.session_id = session_id
         self.at = at
@@ -28,7 +26,7 @@ class CondensedViews:
     def wanted(self, event_id: str, tool_name: str | None) -> Condensed | None:
         """The view of output ``event_id`` the effective mode asks for, if it was made."""
         if self._views is None:
-            self._views = condensed_outputs(self.store, self.session_id, self.at)
+            self._views = condensed_outputs(self.store, self.session_id, self.at, caught_up=True)
         views = self._views.get(event_id)
         if not views and self.overrides is None:
             return None  # the common case: nothing condensed, no need for the policy
@@ -54,7 +52,7 @@ class CondensedViews:
 
 
 def condensed_content(
-    store: SQLiteStore, view: OutputCondensed, view_id: str, ref: str, *, is_artifact: bool, cap: int
+    store: Store, view: OutputCondensed, view_id: str, ref: str, *, is_artifact: bool, cap: int
 ) -> Capped | None:
     """The condensed text under a header that says what it is and where the full output is, in at
     most ``cap`` tokens (the text capped when it must be); None when the cap leaves no room for it."""

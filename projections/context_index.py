@@ -4,7 +4,6 @@ context builder read only the retained messages and the tail, whatever the sessi
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -20,6 +19,7 @@ from turnlog.store import (
     SummaryRecorded,
     ToolReturned,
 )
+from turnlog.store.dialect import Connection, dialect_of
 
 
 @dataclass(slots=True)
@@ -46,9 +46,11 @@ class ContextIndex(Projection):
         "session_started",
     )
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_messages (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.ctx_messages (
                 session_id TEXT NOT NULL,
                 version INTEGER NOT NULL,
                 position INTEGER NOT NULL,
@@ -61,34 +63,34 @@ class ContextIndex(Projection):
                 cum_messages INTEGER NOT NULL,  -- messages in the session up to this one
                 cum_tokens INTEGER NOT NULL,    -- their stored tokens
                 PRIMARY KEY (session_id, version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_messages_retained
-                ON ctx_messages (session_id, version) WHERE role = 'system' OR first_user = 1;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_calls (
+            );
+            CREATE INDEX ctx_messages_retained
+                ON {schema}.ctx_messages (session_id, version) WHERE role = 'system' OR first_user = 1;
+            CREATE TABLE {schema}.ctx_calls (
                 session_id TEXT NOT NULL,
                 call_id TEXT NOT NULL,
                 call_version INTEGER NOT NULL,
                 return_version INTEGER,          -- the first return that answered it
                 return_position INTEGER,
                 PRIMARY KEY (session_id, call_id, call_version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_pins (
+            );
+            CREATE TABLE {schema}.ctx_pins (
                 session_id TEXT NOT NULL,
                 target_version INTEGER NOT NULL,
                 pinned_at INTEGER NOT NULL,      -- position of the pin
                 unpinned_at INTEGER,             -- position of the unpin, if any
                 reason TEXT,
                 PRIMARY KEY (session_id, target_version, pinned_at)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_runs (
+            );
+            CREATE TABLE {schema}.ctx_runs (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 started_position INTEGER NOT NULL,
                 started_version INTEGER NOT NULL,
                 finished_position INTEGER,
                 PRIMARY KEY (session_id, started_position)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ctx_summaries (
+            );
+            CREATE TABLE {schema}.ctx_summaries (
                 session_id TEXT NOT NULL,
                 version INTEGER NOT NULL,        -- the summary event's own version
                 position INTEGER NOT NULL,
@@ -100,14 +102,15 @@ class ContextIndex(Projection):
                 key TEXT NOT NULL,
                 superseded_at INTEGER,           -- position of a later summary covering its range
                 PRIMARY KEY (session_id, version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_key ON ctx_summaries (key);
-            CREATE INDEX IF NOT EXISTS {schema}.ctx_summaries_active
-                ON ctx_summaries (session_id, superseded_at)
-            """.split(";"):
-            conn.execute(statement)
+            );
+            CREATE INDEX ctx_summaries_key ON {schema}.ctx_summaries (key);
+            CREATE INDEX ctx_summaries_active
+                ON {schema}.ctx_summaries (session_id, superseded_at)
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         states: dict[str, _SessionState] = {}
 
         def state(session_id: str) -> _SessionState:
@@ -119,7 +122,8 @@ class ContextIndex(Projection):
                     (session_id,),
                 ).fetchone()
                 first = conn.execute(
-                    "SELECT 1 FROM ctx_messages INDEXED BY ctx_messages_retained WHERE session_id = ? "
+                    f"SELECT 1 FROM ctx_messages {dialect_of(conn).hint('ctx_messages_retained')} "
+                    "WHERE session_id = ? "
                     "AND (role = 'system' OR first_user = 1) AND first_user = 1",
                     (session_id,),
                 ).fetchone()
@@ -148,7 +152,8 @@ class ContextIndex(Projection):
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens)
                 )  # fmt: skip
                 conn.executemany(
-                    "INSERT OR IGNORE INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?)",
+                    "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
                     [(sid, call.id, record.version) for call in calls],
                 )
                 if event.pinned is not None:
@@ -217,7 +222,7 @@ class ContextIndex(Projection):
         _flush(conn, rows)
 
 
-def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> None:
     """A fork's index starts as its parent's was at the fork: rows up to the fork version, and what
     happened later in the parent (a return, an unpin, a run's end, a newer summary) undone."""
     parent, version, position = fork
@@ -236,13 +241,13 @@ def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: st
     copy_rows(conn, "ctx_summaries", parent, child, "position <= ?", (position,), overrides=superseded)
 
 
-def _flush(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+def _flush(conn: Connection, rows: list[tuple[object, ...]]) -> None:
     if rows:
         conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         rows.clear()
 
 
-def _pin(conn: sqlite3.Connection, sid: str, version: int, position: int, reason: str | None) -> None:
+def _pin(conn: Connection, sid: str, version: int, position: int, reason: str | None) -> None:
     already = conn.execute(
         "SELECT 1 FROM ctx_pins WHERE session_id = ? AND target_version = ? AND unpinned_at IS NULL",
         (sid, version),
@@ -255,7 +260,7 @@ def _pin(conn: sqlite3.Connection, sid: str, version: int, position: int, reason
 
 
 def _target_version(
-    conn: sqlite3.Connection, sid: str, event_id: str, pending: list[tuple[object, ...]]
+    conn: Connection, sid: str, event_id: str, pending: list[tuple[object, ...]]
 ) -> int | None:
     _flush(conn, pending)
     row = conn.execute(

@@ -11,7 +11,8 @@ from typing import Any
 
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import dead_ranges, is_dead
-from turnlog.store import RecordedEvent, SQLiteStore
+from turnlog.store import RecordedEvent, Store
+from turnlog.store.dialect import dialect_of
 
 
 @dataclass(slots=True)
@@ -47,7 +48,7 @@ class ContextReader:
     """Reads for one build of one session as of one position."""
 
     def __init__(
-        self, store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int, head_version: int
+        self, store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int
     ) -> None:
         self.store = store
         self.sid = session_id
@@ -63,8 +64,9 @@ class ContextReader:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _rows(self, where: str, params: Sequence[Any], *, hint: str = "") -> list[Row]:
+    def _rows(self, where: str, params: Sequence[Any], *, index: str | None = None) -> list[Row]:
         with self.store.reading() as conn:
+            hint = dialect_of(conn).hint(index) if index else ""
             return [
                 Row(v, p, r, bool(f), bool(n), c, cv, t)
                 for v, p, r, f, n, c, cv, t in conn.execute(
@@ -84,11 +86,11 @@ class ContextReader:
         """System messages, the first user message and pinned messages, each with its whole unit
         (a call with its returns)."""
         retained = self._rows(
-            # INDEXED BY: SQLite does not choose a partial index for an OR on its own, and the
+            # The index named: SQLite does not choose a partial index for an OR on its own, and the
             # primary key would read every row of the session.
             "AND version <= ? AND (role = 'system' OR first_user = 1)",
             (self.head_version,),
-            hint="INDEXED BY ctx_messages_retained",
+            index="ctx_messages_retained",
         )
         versions = {r.version for r in retained}
         if self.dead and not any(r.first_user for r in retained):
@@ -198,16 +200,15 @@ class ContextReader:
         """The summaries a context shows as of ``at``: not replaced by a later one, the highest
         level first, then the newest, never two over the same versions; in version order."""
         with self.store.reading() as conn:
+            hint = dialect_of(conn).hint("ctx_summaries_active")
             found = [
                 SummaryRow(*row)
                 for row in conn.execute(
                     # Two index ranges rather than an OR, which would read every summary ever written.
                     "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
-                    "INDEXED BY ctx_summaries_active "
-                    "WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
+                    f"{hint} WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
                     "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
-                    "INDEXED BY ctx_summaries_active "
-                    "WHERE session_id = ? AND superseded_at > ? AND position <= ?",
+                    f"{hint} WHERE session_id = ? AND superseded_at > ? AND position <= ?",
                     (self.sid, self.at, self.sid, self.at, self.at),
                 )
             ]

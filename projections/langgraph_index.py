@@ -12,12 +12,12 @@ rewinds (LangGraph time travel) change nothing here: LangGraph still lists every
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from turnlog.projections.materialize import Projection
 from turnlog.store import RecordedEvent, SessionRewound, StateRecorded
+from turnlog.store.dialect import Connection, dialect_of
 
 __all__ = [
     "CHECKPOINT_MEDIA",
@@ -59,9 +59,11 @@ class LangGraphIndex(Projection):
     tables: ClassVar[tuple[str, ...]] = ("lg_checkpoints", "lg_writes")
     types: ClassVar[tuple[str, ...] | None] = ("state_recorded", "session_rewound")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.lg_checkpoints (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.lg_checkpoints (
                 session_id TEXT NOT NULL,
                 namespace TEXT NOT NULL,
                 checkpoint_id TEXT NOT NULL,
@@ -69,8 +71,8 @@ class LangGraphIndex(Projection):
                 version INTEGER NOT NULL,      -- of the checkpoint's state_recorded
                 metadata TEXT NOT NULL,        -- LangGraph's metadata, JSON (what list() filters on)
                 PRIMARY KEY (session_id, namespace, checkpoint_id)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.lg_writes (
+            );
+            CREATE TABLE {schema}.lg_writes (
                 session_id TEXT NOT NULL,
                 namespace TEXT NOT NULL,
                 checkpoint_id TEXT NOT NULL,
@@ -81,11 +83,12 @@ class LangGraphIndex(Projection):
                 item INTEGER NOT NULL,         -- the write's index in that event
                 task_path TEXT NOT NULL,
                 PRIMARY KEY (session_id, namespace, checkpoint_id, task_id, idx)
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event, sid = record.event, record.session_id
             if isinstance(event, SessionRewound):
@@ -96,7 +99,10 @@ class LangGraphIndex(Projection):
                 meta: Mapping[str, Any] = event.metadata or {}
                 if event.media_type.startswith(CHECKPOINT_MEDIA):
                     conn.execute(
-                        "INSERT OR REPLACE INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (session_id, namespace, checkpoint_id) DO UPDATE SET "
+                        "parent_id = excluded.parent_id, version = excluded.version, "
+                        "metadata = excluded.metadata",
                         (
                             sid,
                             event.namespace,
@@ -140,7 +146,7 @@ def _where_value(value: Any) -> tuple[str, Any]:
 
 
 def find_checkpoints(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     session_id: str | None,
     namespace: str | None = None,
@@ -178,9 +184,7 @@ def find_checkpoints(
     return [tuple(row) for row in conn.execute(sql, params)]
 
 
-def writes_of(
-    conn: sqlite3.Connection, session_id: str, namespace: str, checkpoint_id: str
-) -> list[WriteRow]:
+def writes_of(conn: Connection, session_id: str, namespace: str, checkpoint_id: str) -> list[WriteRow]:
     """A checkpoint's pending writes (unordered: the caller sorts them as LangGraph does)."""
     return [
         tuple(row)
@@ -192,7 +196,7 @@ def writes_of(
     ]
 
 
-def has_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+def has_rows(conn: Connection, session_id: str) -> bool:
     """Whether the session holds any checkpoint or pending write (what ``delete_thread`` forgets)."""
     return any(
         conn.execute(f"SELECT 1 FROM {table} WHERE session_id = ? LIMIT 1", (session_id,)).fetchone()

@@ -8,7 +8,6 @@ the tokens of an ``output_condensed``)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
@@ -21,11 +20,12 @@ from turnlog.store import (
     RecordedEvent,
     RunFinished,
     RunStarted,
-    SQLiteStore,
+    Store,
     StoreError,
     SummaryRecorded,
     UsageRecorded,
 )
+from turnlog.store.dialect import Connection, dialect_of
 
 NONE = ""
 """Stored in a key column for "no run" or "no model" (key columns cannot be NULL); reported as None."""
@@ -77,9 +77,11 @@ class Ledger(Projection):
     )
     types: ClassVar[tuple[str, ...] | None] = None  # every event adds (possibly zero) tokens
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_usage (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.ledger_usage (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,            -- '' when none
                 model TEXT NOT NULL,
@@ -92,8 +94,8 @@ class Ledger(Projection):
                 cache_write INTEGER NOT NULL,
                 reasoning INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, model, day, category)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_appended (
+            );
+            CREATE TABLE {schema}.ledger_appended (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 day TEXT NOT NULL,
@@ -101,8 +103,8 @@ class Ledger(Projection):
                 events INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, day, event_type)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_sent (
+            );
+            CREATE TABLE {schema}.ledger_sent (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 model TEXT NOT NULL,             -- the manifest's model, '' when none
@@ -112,8 +114,8 @@ class Ledger(Projection):
                 entries INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, run_id, model, day, category)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_contexts (
+            );
+            CREATE TABLE {schema}.ledger_contexts (
                 session_id TEXT NOT NULL,
                 run_id TEXT NOT NULL,
                 model TEXT NOT NULL,
@@ -121,15 +123,16 @@ class Ledger(Projection):
                 contexts INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,         -- sum of total_tokens
                 PRIMARY KEY (session_id, run_id, model, day)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.ledger_runs (
+            );
+            CREATE TABLE {schema}.ledger_runs (
                 session_id TEXT PRIMARY KEY,
                 run_id TEXT NOT NULL
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         # Summed in memory, then added to the stored rows: sums do not depend on how the log is cut
         # into batches, which keeps incremental catch-up equal to a rebuild.
         runs: dict[str, str] = {}
@@ -283,7 +286,7 @@ _DIMENSIONS: dict[str, str] = {"session": "session_id", "run": "run_id", "model"
 
 
 def audit(
-    store: SQLiteStore,
+    store: Store,
     session_id: str | None = None,
     by: Grouping = "session",
     prices: PriceTable | None = None,
@@ -336,7 +339,7 @@ def audit(
 
 
 def _gather(
-    conn: sqlite3.Connection,
+    conn: Connection,
     dimension: str | None,
     where: str,
     params: tuple[Any, ...],
@@ -433,7 +436,7 @@ def _add(sums: dict[K, list[int]], key: K, *values: int) -> None:
 
 
 def _upsert(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: str,
     keys: tuple[str, ...],
     sums: tuple[str, ...],

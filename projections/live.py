@@ -19,7 +19,7 @@ from turnlog.store import (
     OriginItem,
     RecordedEvent,
     SessionRewound,
-    SQLiteStore,
+    Store,
     ToolReturned,
 )
 
@@ -151,7 +151,7 @@ def live_versions(records: Iterable[RecordedEvent]) -> set[int]:
     return fold.live
 
 
-def live_events(store: SQLiteStore, session_id: str, *, at_version: int | None = None) -> list[RecordedEvent]:
+def live_events(store: Store, session_id: str, *, at_version: int | None = None) -> list[RecordedEvent]:
     """The session's live events (a fork's shared prefix included), in version order, as of the
     session's version ``at_version`` (default: its head)."""
     records = store.read_session(session_id, to_version=at_version)
@@ -160,7 +160,7 @@ def live_events(store: SQLiteStore, session_id: str, *, at_version: int | None =
 
 
 def live_marks(
-    store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent] | Sequence[OriginItem]
+    store: Store, session_id: str, records: Sequence[RecordedEvent] | Sequence[OriginItem]
 ) -> list[bool]:
     """For records of one session: whether each is live now (the materialized live index, so the
     cost is the records given and the session's ranges that are not live, not its length)."""

@@ -10,12 +10,12 @@ the tests check that both give the same live set at every version."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import ClassVar
 
 from turnlog.projections.materialize import Projection, copy_rows, fork_of
 from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
+from turnlog.store.dialect import Connection, dialect_of
 
 Gap = tuple[int, int]
 """A range of versions (first, last), both included."""
@@ -35,37 +35,40 @@ class LiveIndex(Projection):
         "message_removed",
     )
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.live_gaps (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.live_gaps (
                 session_id TEXT NOT NULL,
                 first_version INTEGER NOT NULL,
                 last_version INTEGER NOT NULL,
                 dead_at INTEGER NOT NULL,        -- position from which the range is not live
                 alive_at INTEGER,                -- position from which it is live again, if any
                 PRIMARY KEY (session_id, dead_at, first_version, last_version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.live_calls (
+            );
+            CREATE TABLE {schema}.live_calls (
                 session_id TEXT NOT NULL,
                 call_id TEXT NOT NULL,
                 version INTEGER NOT NULL,        -- an assistant message that made this call
                 PRIMARY KEY (session_id, call_id, version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.live_answers (
+            );
+            CREATE TABLE {schema}.live_answers (
                 session_id TEXT NOT NULL,
                 call_version INTEGER NOT NULL,
                 return_version INTEGER NOT NULL,
                 PRIMARY KEY (session_id, call_version, return_version)
-            ) STRICT, WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS {schema}.live_forks (
+            );
+            CREATE TABLE {schema}.live_forks (
                 session_id TEXT PRIMARY KEY,
                 parent TEXT NOT NULL,
                 version INTEGER NOT NULL
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event = record.event
             sid = record.session_id
@@ -74,7 +77,7 @@ class LiveIndex(Projection):
                 _copy_prefix(conn, fork, sid)
             elif isinstance(event, MessageAppended) and event.tool_calls:
                 conn.executemany(
-                    "INSERT OR IGNORE INTO live_calls VALUES (?, ?, ?)",
+                    "INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     [(sid, call.id, record.version) for call in event.tool_calls],
                 )
             elif isinstance(event, ToolReturned):
@@ -91,7 +94,7 @@ class LiveIndex(Projection):
                 _rewind(conn, record, event)
 
 
-def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemoved) -> None:
+def _remove(conn: Connection, record: RecordedEvent, event: MessageRemoved) -> None:
     sid = record.session_id
     dead = dead_ranges(conn, sid, record.position)
     versions: set[int] = set()
@@ -113,12 +116,12 @@ def _remove(conn: sqlite3.Connection, record: RecordedEvent, event: MessageRemov
         )
     versions.add(record.version)  # its own version, never live: it lets neighbouring ranges merge
     conn.executemany(
-        "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
+        "INSERT INTO live_gaps VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
         [(sid, v, v, record.position) for v in versions],
     )
 
 
-def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewound) -> None:
+def _rewind(conn: Connection, record: RecordedEvent, event: SessionRewound) -> None:
     sid, position = record.session_id, record.position
     then = _position_of(conn, sid, event.to_version)
     # Ranges holding now that did not hold at T: live again (any part above T is covered below).
@@ -128,19 +131,20 @@ def _rewind(conn: sqlite3.Connection, record: RecordedEvent, event: SessionRewou
     )
     # Ranges that held at T but were revived since: they hold again.
     conn.execute(
-        "INSERT OR IGNORE INTO live_gaps SELECT session_id, first_version, last_version, ?, NULL "
-        "FROM live_gaps WHERE session_id = ? AND dead_at <= ? AND alive_at > ? AND alive_at < ?",
+        "INSERT INTO live_gaps SELECT session_id, first_version, last_version, ?, NULL "
+        "FROM live_gaps WHERE session_id = ? AND dead_at <= ? AND alive_at > ? AND alive_at < ? "
+        "ON CONFLICT DO NOTHING",
         (position, sid, then, then, position),
     )
     # The range takes in the rewind's own version (never live anyway), so that successive pops
     # make adjacent ranges that readers merge into one.
     conn.execute(
-        "INSERT OR IGNORE INTO live_gaps VALUES (?, ?, ?, ?, NULL)",
+        "INSERT INTO live_gaps VALUES (?, ?, ?, ?, NULL) ON CONFLICT DO NOTHING",
         (sid, event.to_version + 1, record.version, position),
     )
 
 
-def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
+def _position_of(conn: Connection, sid: str, version: int) -> int:
     """The position of a session's version, through its fork parents (0 for version 0)."""
     while version > 0:
         fork = conn.execute("SELECT parent, version FROM live_forks WHERE session_id = ?", (sid,)).fetchone()
@@ -153,10 +157,14 @@ def _position_of(conn: sqlite3.Connection, sid: str, version: int) -> int:
     return 0
 
 
-def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: str) -> None:
+def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> None:
     """A fork's live set starts as its parent's was at the fork."""
     parent, version, position = fork
-    conn.execute("INSERT OR REPLACE INTO live_forks VALUES (?, ?, ?)", (child, parent, version))
+    conn.execute(
+        "INSERT INTO live_forks VALUES (?, ?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET parent = excluded.parent, version = excluded.version",
+        (child, parent, version),
+    )
     copy_rows(
         conn,
         "live_gaps",
@@ -170,7 +178,7 @@ def _copy_prefix(conn: sqlite3.Connection, fork: tuple[str, int, int], child: st
     copy_rows(conn, "live_answers", parent, child, "return_version <= ?", (version,))
 
 
-def dead_ranges(conn: sqlite3.Connection, session_id: str, at: int) -> list[Gap]:
+def dead_ranges(conn: Connection, session_id: str, at: int) -> list[Gap]:
     """The session's versions that are not live as of position ``at``, as sorted disjoint ranges."""
     found = sorted(
         (int(lo), int(hi))

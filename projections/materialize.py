@@ -13,12 +13,12 @@ read sees the rows as a catch-up would have written them."""
 from __future__ import annotations
 
 import abc
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, SQLiteStore
+from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
+from turnlog.store.dialect import Connection, dialect_of
 from turnlog.store.sqlite import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
@@ -38,30 +38,31 @@ class Projection(abc.ABC):
     """The event types it needs (None: all)."""
 
     @abc.abstractmethod
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        """Create its tables and indexes (``IF NOT EXISTS``) in ``schema`` (``main``, or ``temp``
-        for the fresh copy verify builds: temp tables hide main ones of the same name)."""
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        """Create its tables and indexes, if missing, in ``schema`` (the store's own, or the
+        dialect's scratch schema for the fresh copy verify builds: scratch tables hide the store's
+        tables of the same name). Written in the neutral DDL form of store.dialect."""
 
     @abc.abstractmethod
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         """Apply these events (of its ``types``, in log order, none applied before) to its rows."""
 
-    def snapshot(self, conn: sqlite3.Connection, schema: str = "main") -> dict[str, list[tuple[Any, ...]]]:
+    def snapshot(self, conn: Connection, schema: str = "main") -> dict[str, list[tuple[Any, ...]]]:
         """Its whole contents, in a canonical order: what verify and the tests compare."""
         result = {}
         for table in self.tables:
-            columns = [row[1] for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+            columns = dialect_of(conn).columns(conn, schema, table)
             order = ", ".join(str(i) for i in range(1, len(columns) + 1))
             result[table] = conn.execute(f"SELECT * FROM {schema}.{table} ORDER BY {order}").fetchall()
         return result
 
 
 _CHECKPOINTS = """
-CREATE TABLE IF NOT EXISTS projection_checkpoints (
+CREATE TABLE {schema}.projection_checkpoints (
     name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
     position INTEGER NOT NULL
-) STRICT
+)
 """
 
 Progress = Callable[[int, int], None]
@@ -70,7 +71,7 @@ Progress = Callable[[int, int], None]
 class Materializer:
     """Keeps a set of projections up to date in the store's file."""
 
-    def __init__(self, store: SQLiteStore, projections: Iterable[Projection]) -> None:
+    def __init__(self, store: Store, projections: Iterable[Projection]) -> None:
         self.store = store
         self.projections = list(projections)
         self._ready = False
@@ -87,7 +88,8 @@ class Materializer:
             self._ready = True
             return
         with self.store.atomic() as conn:
-            conn.execute(_CHECKPOINTS)
+            dialect = dialect_of(conn)
+            dialect.create(conn, _CHECKPOINTS, dialect.main)
             for projection in self.projections:
                 row = conn.execute(
                     "SELECT version FROM projection_checkpoints WHERE name = ?", (projection.name,)
@@ -106,7 +108,7 @@ class Materializer:
         with self.store.reading() as conn:
             return self._position(conn, projection)
 
-    def _position(self, conn: sqlite3.Connection, projection: Projection) -> int:
+    def _position(self, conn: Connection, projection: Projection) -> int:
         if not self.store.readonly:
             return _checkpoint(conn, projection)
         folded = self._folded.get(projection.name)
@@ -115,7 +117,7 @@ class Materializer:
         stored = _stored_checkpoint(conn, projection)
         return 0 if stored is None else stored
 
-    def apply_within(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> bool:
+    def apply_within(self, conn: Connection, records: Sequence[RecordedEvent]) -> bool:
         """Inside an append's transaction (a :meth:`store.SQLiteStore.within_append` hook): apply
         the records it just inserted, with their token counts, to every projection, so they
         commit together and the append costs one commit. Only when everything before them is
@@ -245,16 +247,19 @@ class Materializer:
         if through is not None:
             limit = min(limit, through)
         with self.store.reading() as conn:
+            dialect = dialect_of(conn)
             for projection in self.projections:
                 if projection.name in self._folded:
                     continue
                 stored = _stored_checkpoint(conn, projection)
                 if stored is not None and stored >= limit:
                     continue
-                projection.create(conn, "temp")
+                projection.create(conn, dialect.scratch)
                 if stored is not None:
                     for table in projection.tables:
-                        conn.execute(f"INSERT INTO temp.{table} SELECT * FROM main.{table}")
+                        conn.execute(
+                            f"INSERT INTO {dialect.scratch}.{table} SELECT * FROM {dialect.main}.{table}"
+                        )
                 self._folded[projection.name] = stored or 0
             while True:
                 behind = [p for p in self.projections if self._folded.get(p.name, limit) < limit]
@@ -295,8 +300,9 @@ class Materializer:
     def snapshots(self) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
         """Every projection's rows, by projection name (for comparisons)."""
         with self.store.reading() as conn:
+            dialect = dialect_of(conn)
             return {
-                p.name: p.snapshot(conn, "temp" if p.name in self._folded else "main")
+                p.name: p.snapshot(conn, dialect.scratch if p.name in self._folded else dialect.main)
                 for p in self.projections
             }
 
@@ -307,6 +313,8 @@ class Materializer:
         head = self.catch_up()
         problems = []
         with self.store.reading() as conn:
+            dialect = dialect_of(conn)
+            scratch = dialect.scratch
             for projection in self.projections:
                 if self._position(conn, projection) != head:
                     problems.append(f"projection {projection.name}: behind the log")
@@ -314,27 +322,27 @@ class Materializer:
                 # A read-only store's caught-up rows are its temp shadow: kept aside, and the
                 # shadow made again by the next catch-up.
                 shadowed = self._folded.pop(projection.name, None) is not None
-                materialized = projection.snapshot(conn, "temp" if shadowed else "main")
+                materialized = projection.snapshot(conn, scratch if shadowed else dialect.main)
                 if shadowed:
                     for table in projection.tables:
-                        conn.execute(f"DROP TABLE temp.{table}")
+                        conn.execute(f"DROP TABLE {scratch}.{table}")
                 try:
-                    projection.create(conn, "temp")
+                    projection.create(conn, scratch)
                     for start in range(0, head, BATCH):
                         end = min(head, start + BATCH)
                         projection.apply(conn, records_between(conn, start, end, projection.types))
-                    if projection.snapshot(conn, "temp") != materialized:
+                    if projection.snapshot(conn, scratch) != materialized:
                         problems.append(
                             f"projection {projection.name}: rows differ from a fresh rebuild; "
                             "run `turnlog rebuild`"
                         )
                 finally:
                     for table in projection.tables:
-                        conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
+                        conn.execute(f"DROP TABLE IF EXISTS {scratch}.{table}")
         return problems
 
 
-def fork_of(conn: sqlite3.Connection, record: RecordedEvent) -> tuple[str, int, int] | None:
+def fork_of(conn: Connection, record: RecordedEvent) -> tuple[str, int, int] | None:
     """For a fork's ``session_started``: (parent session, fork version, position of that version).
     Projections copy their parent's rows as of that position, so a fork sees its prefix."""
     event = record.event
@@ -347,7 +355,7 @@ def fork_of(conn: sqlite3.Connection, record: RecordedEvent) -> tuple[str, int, 
 
 
 def copy_rows(
-    conn: sqlite3.Connection,
+    conn: Connection,
     table: str,
     parent: str,
     child: str,
@@ -358,7 +366,8 @@ def copy_rows(
 ) -> None:
     """Copy a table's rows of ``parent`` that match ``where`` as rows of ``child``; ``overrides``
     maps a column to the SQL expression that replaces it (e.g. clearing what happened later)."""
-    columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+    dialect = dialect_of(conn)
+    columns = dialect.columns(conn, dialect.main, table)
     chosen = {"session_id": "?", **(overrides or {})}
     select = ", ".join(chosen.get(c, c) for c in columns)
     conn.execute(
@@ -377,7 +386,7 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
     return tuple(sorted(wanted))
 
 
-def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: int) -> None:
+def _set_checkpoint(conn: Connection, projection: Projection, position: int) -> None:
     conn.execute(
         "INSERT INTO projection_checkpoints (name, version, position) VALUES (?, ?, ?) "
         "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
@@ -385,21 +394,23 @@ def _set_checkpoint(conn: sqlite3.Connection, projection: Projection, position: 
     )
 
 
-def _stored_checkpoint(conn: sqlite3.Connection, projection: Projection) -> int | None:
+def _stored_checkpoint(conn: Connection, projection: Projection) -> int | None:
     """The position the file's rows of a projection have applied, or None when they cannot be used
     (tables missing, or written by another version of the projection)."""
-    names = {row[0] for row in conn.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    dialect = dialect_of(conn)
+    names = dialect.tables(conn, dialect.main)
     if "projection_checkpoints" not in names or not set(projection.tables) <= names:
         return None
     row = conn.execute(
-        "SELECT version, position FROM main.projection_checkpoints WHERE name = ?", (projection.name,)
+        f"SELECT version, position FROM {dialect.main}.projection_checkpoints WHERE name = ?",
+        (projection.name,),
     ).fetchone()
     if row is None or row[0] != projection.version:
         return None
     return int(row[1])
 
 
-def _checkpoint(conn: sqlite3.Connection, projection: Projection) -> int:
+def _checkpoint(conn: Connection, projection: Projection) -> int:
     row = conn.execute(
         "SELECT position FROM projection_checkpoints WHERE name = ?", (projection.name,)
     ).fetchone()

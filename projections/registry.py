@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import weakref
 from collections.abc import Sequence
 
@@ -15,13 +14,14 @@ from turnlog.projections.materialize import Materializer, Projection
 from turnlog.projections.runtime import RuntimeProjection
 from turnlog.projections.sessions import SessionsProjection
 from turnlog.projections.todos import TodosProjection
-from turnlog.store import RecordedEvent, SQLiteStore
+from turnlog.store import RecordedEvent, Store
+from turnlog.store.dialect import Connection
 
 # Each store's materializer is kept on the store object itself, not in a global map: a map's value
 # would hold its key alive (the materializer holds its store), so no store would ever be freed. On
 # the store, the two make one cycle, which the garbage collector frees once the store is dropped.
 _ATTRIBUTE = "_turnlog_materializer"
-_KEPT: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()
+_KEPT: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
 def all_projections() -> list[Projection]:
@@ -38,7 +38,7 @@ def all_projections() -> list[Projection]:
     ]
 
 
-def materializer(store: SQLiteStore) -> Materializer:
+def materializer(store: Store) -> Materializer:
     """The store's materializer (one per open store object)."""
     attributes = vars(store)
     found: Materializer | None = attributes.get(_ATTRIBUTE)
@@ -47,7 +47,7 @@ def materializer(store: SQLiteStore) -> Materializer:
     return found
 
 
-def keep_caught_up(store: SQLiteStore) -> None:
+def keep_caught_up(store: Store) -> None:
     """Make every append to ``store`` advance its token counts and materialized projections in the
     append's own transaction (or, when they are behind, right after it commits), so readers (which
     never write) rarely have anything to fold.
@@ -61,7 +61,7 @@ def keep_caught_up(store: SQLiteStore) -> None:
         if kept is not None:
             materializer(kept).catch_up(appended=records)
 
-    def advance_within(conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def advance_within(conn: Connection, records: Sequence[RecordedEvent]) -> None:
         kept = ref()
         if kept is not None:
             materializer(kept).apply_within(conn, records)

@@ -14,7 +14,7 @@ from turnlog.store import (
     ManifestEntry,
     MessageAppended,
     RecordedEvent,
-    SQLiteStore,
+    Store,
     StoreError,
     UsageRecorded,
 )
@@ -67,9 +67,7 @@ class ModelCall:
         }
 
 
-def replay(
-    store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int | None = None
-) -> list[ModelCall]:
+def replay(store: Store, session_id: str, policy: ContextPolicy, at: int | None = None) -> list[ModelCall]:
     """The session's model calls up to position ``at``: each ``usage_recorded`` is a call (its
     context is as of just before the assistant message it answered with); a session without usage
     records counts each assistant message as a call."""
@@ -102,7 +100,7 @@ def replay(
 
 
 def _call(
-    store: SQLiteStore,
+    store: Store,
     number: int,
     answer: RecordedEvent,
     usage: UsageRecorded | None,
@@ -132,7 +130,7 @@ def _call(
                      built.entries, context=built)  # fmt: skip
 
 
-def _empty(store: SQLiteStore, session_id: str, policy: ContextPolicy, at: int) -> BuiltContext:
+def _empty(store: Store, session_id: str, policy: ContextPolicy, at: int) -> BuiltContext:
     built = BuiltContext(
         session_id=session_id,
         at_position=at,

@@ -5,14 +5,14 @@ done. A fork starts with its parent's rows up to the fork; rewound or removed ro
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from turnlog.projections.live_index import live_condition
 from turnlog.projections.materialize import Projection, copy_rows, fork_of
-from turnlog.store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, SQLiteStore
+from turnlog.store import OutputCondensed, PolicySet, RecordedEvent, SessionPolicy, Store
+from turnlog.store.dialect import Connection, dialect_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,21 +38,24 @@ class RuntimeProjection(Projection):
     tables: ClassVar[tuple[str, ...]] = ("rt_policies", "rt_condensed")
     types: ClassVar[tuple[str, ...] | None] = ("policy_set", "output_condensed", "session_started")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.rt_policies (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.rt_policies (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
                 policy TEXT NOT NULL,           -- the SessionPolicy as JSON
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.rt_condensed (
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.rt_condensed (
                 session_id TEXT NOT NULL,
                 target_event_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
@@ -62,11 +65,12 @@ class RuntimeProjection(Projection):
                 key TEXT NOT NULL,
                 event_id TEXT NOT NULL,
                 PRIMARY KEY (session_id, target_event_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         for record in records:
             event = record.event
             fork = fork_of(conn, record)
@@ -95,7 +99,7 @@ class RuntimeProjection(Projection):
                 )
 
 
-def session_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> SessionPolicy:
+def session_policy(store: Store, session_id: str, at: int | None = None) -> SessionPolicy:
     """The session's policy as its newest live ``policy_set`` at or before ``at`` left it (all fields
     unset when there is none)."""
     rows = _live(store, "rt_policies", "policy", session_id, at, "version DESC LIMIT 1")
@@ -103,34 +107,43 @@ def session_policy(store: SQLiteStore, session_id: str, at: int | None = None) -
 
 
 def condensed_outputs(
-    store: SQLiteStore, session_id: str, at: int | None = None
+    store: Store, session_id: str, at: int | None = None, *, caught_up: bool = False
 ) -> dict[str, list[Condensed]]:
     """The live condensed views of the session's outputs at or before ``at``, by output event id,
-    oldest first."""
+    oldest first (``caught_up``: the caller, a build, has just caught the projections up)."""
     columns = "target_event_id, mode, name, key, version, event_id"
     found: dict[str, list[Condensed]] = {}
     for target, mode, name, key, version, event_id in _live(
-        store, "rt_condensed", columns, session_id, at, "position"
+        store, "rt_condensed", columns, session_id, at, "position", caught_up=caught_up
     ):
         found.setdefault(target, []).append(Condensed(target, mode, name, key, int(version), event_id))
     return found
 
 
 def _live(
-    store: SQLiteStore, table: str, columns: str, session_id: str, at: int | None, order: str
+    store: Store,
+    table: str,
+    columns: str,
+    session_id: str,
+    at: int | None,
+    order: str,
+    *,
+    caught_up: bool = False,
 ) -> list[tuple[Any, ...]]:
     """``columns`` of the session's live rows of ``table`` at or before global position ``at``."""
-    _caught_up(store)
+    if not caught_up:
+        _caught_up(store)
     through = 2**62 if at is None else at
     with store.reading() as conn:
-        return conn.execute(
+        rows: list[tuple[Any, ...]] = conn.execute(
             f"SELECT {columns} FROM {table} t WHERE session_id = ? AND position <= ? "
             f"AND {live_condition('t')} ORDER BY {order}",
             (session_id, through, through, through),
         ).fetchall()
+    return rows
 
 
-def _caught_up(store: SQLiteStore) -> None:
+def _caught_up(store: Store) -> None:
     from turnlog.projections.registry import materializer  # the registry imports this module
 
     materializer(store).catch_up()

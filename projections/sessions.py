@@ -3,7 +3,6 @@ plus a cumulative row per event so the same listing can be read as of any earlie
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,10 +14,11 @@ from turnlog.store import (
     MessageAppended,
     RecordedEvent,
     SessionStarted,
-    SQLiteStore,
+    Store,
     StoreError,
     ToolReturned,
 )
+from turnlog.store.dialect import Connection, dialect_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +95,11 @@ class SessionsProjection(Projection):
     tables: ClassVar[tuple[str, ...]] = ("sess_sessions", "sess_history")
     types: ClassVar[tuple[str, ...] | None] = None  # every event counts towards the totals
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        for statement in f"""
-            CREATE TABLE IF NOT EXISTS {schema}.sess_sessions (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.sess_sessions (
                 session_id TEXT PRIMARY KEY,
                 title TEXT,
                 model TEXT,
@@ -114,10 +116,10 @@ class SessionsProjection(Projection):
                 tokens INTEGER NOT NULL,
                 last_position INTEGER NOT NULL,
                 last_recorded_at TEXT NOT NULL
-            ) STRICT, WITHOUT ROWID;
-            CREATE INDEX IF NOT EXISTS {schema}.sess_sessions_first
-                ON sess_sessions (first_position);
-            CREATE TABLE IF NOT EXISTS {schema}.sess_history (
+            );
+            CREATE INDEX sess_sessions_first
+                ON {schema}.sess_sessions (first_position);
+            CREATE TABLE {schema}.sess_history (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,       -- the event's global position
                 recorded_at TEXT NOT NULL,
@@ -129,11 +131,12 @@ class SessionsProjection(Projection):
                 tool_returns INTEGER NOT NULL,
                 tokens INTEGER NOT NULL,
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """.split(";"):
-            conn.execute(statement)
+            )
+            """,
+            schema,
+        )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         states: dict[str, _State] = {}
         history: list[tuple[object, ...]] = []
         for record in records:
@@ -191,7 +194,7 @@ class SessionsProjection(Projection):
                 )
 
 
-def _load(conn: sqlite3.Connection, sid: str) -> _State | None:
+def _load(conn: Connection, sid: str) -> _State | None:
     row = conn.execute(
         f"SELECT {', '.join(_COUNTERS)}, last_position, last_recorded_at FROM sess_sessions "
         "WHERE session_id = ?",
@@ -209,7 +212,7 @@ _STATIC = (
 )
 
 
-def list_sessions(store: SQLiteStore, at: int | None = None) -> list[SessionInfo]:
+def list_sessions(store: Store, at: int | None = None) -> list[SessionInfo]:
     """Every session, in the order they began, as of global position ``at`` (None: now).
 
     ``at=None`` reads the materialized ``sess_sessions`` rows: one row per session. With ``at``, each
@@ -243,7 +246,7 @@ def list_sessions(store: SQLiteStore, at: int | None = None) -> list[SessionInfo
     return [_info(row) for row in rows]
 
 
-def _live_counts(conn: sqlite3.Connection, row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+def _live_counts(conn: Connection, row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
     """The row with its message counters counting live messages only: those of each of its own
     ranges that a rewind or a removal took out are subtracted (work for what was undone only)."""
     sid, parent_version = row[0], row[4] or 0

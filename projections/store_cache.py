@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from turnlog.store import SQLiteStore
+from turnlog.store import Store
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -23,9 +23,9 @@ class StoreCache(Generic[K, V]):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._caches: weakref.WeakKeyDictionary[SQLiteStore, OrderedDict[K, V]] = weakref.WeakKeyDictionary()
+        self._caches: weakref.WeakKeyDictionary[Store, OrderedDict[K, V]] = weakref.WeakKeyDictionary()
 
-    def get(self, store: SQLiteStore, key: K) -> V | None:
+    def get(self, store: Store, key: K) -> V | None:
         cache = self._caches.get(store)
         found = cache.get(key) if cache is not None else None
         if cache is not None and found is not None:
@@ -33,7 +33,7 @@ class StoreCache(Generic[K, V]):
                 cache.move_to_end(key)
         return found
 
-    def put(self, store: SQLiteStore, key: K, value: V) -> V:
+    def put(self, store: Store, key: K, value: V) -> V:
         cache = self._caches.get(store)
         if cache is None:
             cache = self._caches[store] = OrderedDict()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnlog.store import SQLiteStore, SummaryRecorded
+from turnlog.store import Store, SummaryRecorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class SummaryInfo:
         return self.covered_tokens - self.tokens
 
 
-def list_summaries(store: SQLiteStore, session_id: str, at: int | None = None) -> list[SummaryInfo]:
+def list_summaries(store: Store, session_id: str, at: int | None = None) -> list[SummaryInfo]:
     """Every summary of the session recorded at or before ``at``, in range order, highest level
     first within a range."""
     from turnlog.projections.registry import materializer
@@ -83,7 +83,7 @@ def list_summaries(store: SQLiteStore, session_id: str, at: int | None = None) -
     return found
 
 
-def find_summary_by_key(store: SQLiteStore, key: str) -> SummaryRecorded | None:
+def find_summary_by_key(store: Store, key: str) -> SummaryRecorded | None:
     """A summary anywhere in the store with this reuse key (the first one written), if any."""
     from turnlog.projections.registry import materializer
 

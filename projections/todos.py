@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,7 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from turnlog.projections.artifacts import InvalidArgumentError
 from turnlog.projections.live_index import live_condition
 from turnlog.projections.materialize import Projection, copy_rows, fork_of
-from turnlog.store import InvalidEventError, RecordedEvent, SQLiteStore, TodoItem, TodosUpdated
+from turnlog.store import InvalidEventError, RecordedEvent, Store, TodoItem, TodosUpdated
+from turnlog.store.dialect import Connection, dialect_of
 from turnlog.store.events import describe_validation_error
 
 STATUSES = ("pending", "in_progress", "completed")
@@ -157,22 +157,24 @@ class TodosProjection(Projection):
     tables: ClassVar[tuple[str, ...]] = ("todos",)
     types: ClassVar[tuple[str, ...] | None] = ("todos_updated", "session_started")
 
-    def create(self, conn: sqlite3.Connection, schema: str = "main") -> None:
-        conn.execute(
-            f"""
-            CREATE TABLE IF NOT EXISTS {schema}.todos (
+    def create(self, conn: Connection, schema: str = "main") -> None:
+        dialect_of(conn).create(
+            conn,
+            """
+            CREATE TABLE {schema}.todos (
                 session_id TEXT NOT NULL,
                 position INTEGER NOT NULL,
                 version INTEGER NOT NULL,
                 event_id TEXT NOT NULL,
                 recorded_at TEXT NOT NULL,
-                items TEXT NOT NULL,            -- JSON list of {{id, content, status}}, in order
+                items TEXT NOT NULL,            -- JSON list of {id, content, status}, in order
                 PRIMARY KEY (session_id, position)
-            ) STRICT, WITHOUT ROWID
-            """
+            )
+            """,
+            schema,
         )
 
-    def apply(self, conn: sqlite3.Connection, records: Sequence[RecordedEvent]) -> None:
+    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         rows: list[tuple[object, ...]] = []
         for record in records:
             event = record.event
@@ -201,7 +203,7 @@ class TodosProjection(Projection):
         _insert(conn, rows)
 
 
-def _insert(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
+def _insert(conn: Connection, rows: list[tuple[object, ...]]) -> None:
     conn.executemany(
         "INSERT INTO todos (session_id, position, version, event_id, recorded_at, items) "
         "VALUES (?, ?, ?, ?, ?, ?)",
@@ -210,7 +212,7 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
     rows.clear()
 
 
-def current_todos(store: SQLiteStore, session_id: str, at: int | None = None) -> list[TodoItem]:
+def current_todos(store: Store, session_id: str, at: int | None = None) -> list[TodoItem]:
     """The session's todo list as its last update left it (``at``: the last update at or before that
     global position); empty when there was none. Raises UnknownSessionError for an unknown session."""
     _check_at(at)
@@ -227,7 +229,7 @@ def current_todos(store: SQLiteStore, session_id: str, at: int | None = None) ->
     return [] if row is None else list(_ITEMS.validate_json(row[0]))
 
 
-def todo_history(store: SQLiteStore, session_id: str, at: int | None = None) -> list[TodoSnapshot]:
+def todo_history(store: Store, session_id: str, at: int | None = None) -> list[TodoSnapshot]:
     """Every live update of the session's todo list in log order (``at``: those at or before that
     global position, live as of it). Raises UnknownSessionError for an unknown session."""
     _check_at(at)
@@ -265,7 +267,7 @@ def render_checklist(items: Sequence[TodoItem], *, show_ids: bool = False) -> st
     return "\n".join(lines)
 
 
-def _caught_up(store: SQLiteStore) -> None:
+def _caught_up(store: Store) -> None:
     # Imported here: the registry imports this module to list its projection.
     from turnlog.projections.registry import materializer
 

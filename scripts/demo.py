@@ -5,6 +5,7 @@ runs the real `turnlog` command and prints it first."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -15,6 +16,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNLOG = str(Path(sys.executable).parent / "turnlog")
+
+
+LINT = "\n".join(
+    [
+        f"invoice/reports/yearly.py:{n}:80: E501 line too long ({80 + n % 40} > 79 characters)"
+        for n in range(60)
+    ]
+    + ["invoice/money.py:12:5: F841 local variable 'cents' is assigned to but never used"]
+)
+FINISH_RUN_3 = [
+    {"type": "tool_returned", "tool_call_id": "call_07", "tool_name": "run_linter", "content": LINT},
+    {"type": "message_appended", "role": "assistant", "content": "Lint is clean apart from long lines."},
+    {"type": "run_finished", "run_id": "run-3"},
+]
 
 
 def step(title: str, *args: str, stdin: str | None = None) -> None:
@@ -72,6 +87,31 @@ def main() -> None:
         "--during-run",
     )
     step("The summary tree", "summaries", "fix-rounding")
+    step(
+        "Give the session a run-time policy (an event): the linter's long outputs are summarized\n"
+        "as they arrive, and the session is compacted when a run finishes",
+        "policy",
+        "fix-rounding",
+        "--compact-on-run-end",
+        "--budget",
+        "1200",
+        "--max-tool-tokens",
+        "200",
+        "--keep-last",
+        "6",
+        "--tool-output-mode",
+        "run_linter=auto",
+    )
+    finish = Path(os.environ["TURNLOG_DB"]).with_name("finish-run-3.json")
+    finish.write_text(json.dumps(FINISH_RUN_3), encoding="utf-8")
+    step(
+        "The open run ends: the linter's 1,400-token output, the answer, run_finished",
+        "append",
+        "fix-rounding",
+        "--file",
+        str(finish),
+    )
+    step("What the policy appended after that commit", "log", "fix-rounding", "--from-version", "42")
     step(
         "Replay every model call: what it was sent and what changed since the call before",
         "replay",

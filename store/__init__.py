@@ -10,6 +10,7 @@ from turnlog.store.base import (
     OriginItem,
     RecordedEvent,
     SessionSummary,
+    Store,
     VerifyReport,
 )
 from turnlog.store.errors import (
@@ -107,6 +108,7 @@ __all__ = [
     "SessionStarted",
     "SessionSummary",
     "StateRecorded",
+    "Store",
     "StoreClosedError",
     "StoreError",
     "SummarizerInfo",

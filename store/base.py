@@ -4,9 +4,10 @@ records it returns. The SQLite log implements it; other backends must pass the s
 from __future__ import annotations
 
 import abc
+import contextlib
 import difflib
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -229,8 +230,9 @@ class EventStore(abc.ABC):
         """Count the tokens of events stored without a count; returns how many were counted."""
 
     @abc.abstractmethod
-    def verify(self) -> VerifyReport:
-        """Check the hash chain, the content blobs and the database's integrity."""
+    def verify(self, *, quick: bool = False) -> VerifyReport:
+        """Check the hash chain, the content blobs and the database's integrity (``quick``: the
+        database's faster check, where it has one)."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -250,3 +252,45 @@ class EventStore(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Store(EventStore):
+    """An event log that also holds the projections' tables, in the same database: what everything
+    above ``store/`` works with (a backend implements it; the projections never see which). Reads
+    and writes of projection rows go through connections whose dialect :func:`store.dialect.dialect_of`
+    names; projections write portable SQL and the neutral DDL form."""
+
+    path: str
+    """Where the store is (a file path, or a server's URL without its password)."""
+    readonly: bool
+    """Opened for reading only: nothing is ever written; what is not materialized yet is folded in
+    the reader's own scratch space."""
+
+    @abc.abstractmethod
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection for a consistent read (one snapshot) across several statements."""
+
+    @abc.abstractmethod
+    def atomic(self, *, durable: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """A connection in a write transaction: committed when the block ends, rolled back if it
+        raises."""
+
+    @abc.abstractmethod
+    def within_append(self, hook: Callable[[Any, Sequence[RecordedEvent]], None]) -> None:
+        """Call ``hook(connection, records)`` inside every append's transaction, before its commit."""
+
+    @abc.abstractmethod
+    def on_append(self, hook: Callable[[Sequence[RecordedEvent]], None]) -> None:
+        """Call ``hook(records)`` after every append that stored events has committed."""
+
+    @abc.abstractmethod
+    def counted_position(self) -> int:
+        """The position up to which every event has its token count."""
+
+    @abc.abstractmethod
+    def count_pending(self, limit: int = 2000) -> tuple[list[tuple[int, int]], int] | None:
+        """Count up to ``limit`` events stored without a token count (outside any transaction)."""
+
+    @abc.abstractmethod
+    def count_event_tokens(self, event: Event) -> int:
+        """The tokens an event adds, with this store's tokenizer."""

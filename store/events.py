@@ -21,7 +21,7 @@ from turnlog.store.errors import InvalidEventError
 from turnlog.store.event_base import EventModel, Identifier, Sha256, ValueModel
 from turnlog.store.event_base import new_event_id as new_event_id  # re-exported: its public home stays here
 
-# Re-exported: every event model can be imported from store.events.
+# Re-exported: every event model can be imported from turnlog.store.events.
 from turnlog.store.events_loop import MessageRemoved as MessageRemoved
 from turnlog.store.events_loop import Origin as Origin
 from turnlog.store.events_loop import SessionRewound as SessionRewound

@@ -14,7 +14,7 @@ from typing import Literal, Self
 
 import sqlite_utils
 
-from turnlog.store.base import EventStore, RecordedEvent
+from turnlog.store.base import RecordedEvent, Store
 from turnlog.store.chain import now
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from turnlog.store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
@@ -29,7 +29,7 @@ TokenCounting = Literal["deferred", "inline"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteBase(EventStore):
+class SQLiteBase(Store):
     """The connection a store holds, its opening and closing, and its transactions; the layers
     of :class:`store.sqlite.SQLiteStore` (token counts, reading, appending) build on it."""
 

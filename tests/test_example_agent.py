@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import projections.todos
 import turnlog
+import turnlog.projections.todos
 import turnlog.recorder
 import turnlog.tool.methods
 from turnlog.projections.todos import build_todo_list, current_todos
@@ -144,8 +144,8 @@ def test_the_script_builds_todos_with_the_tools_one_builder(
     agent: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One helper: the tool, the recorder and the projection share one function ...
-    assert turnlog.tool.methods.build_todo_list is projections.todos.build_todo_list
-    assert turnlog.recorder.build_todo_list is projections.todos.build_todo_list
+    assert turnlog.tool.methods.build_todo_list is turnlog.projections.todos.build_todo_list
+    assert turnlog.recorder.build_todo_list is turnlog.projections.todos.build_todo_list
     # ... and the script has no todo path of its own: replacing the helper changes what it records.
     seen: list[Any] = []
 

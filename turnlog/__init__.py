@@ -28,8 +28,9 @@ from turnlog.importers import (
 )
 from turnlog.projections.registry import keep_caught_up
 from turnlog.recorder import SessionRecorder, session
-from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
+from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names, Store
 from turnlog.store import __all__ as _store_all
+from turnlog.store.base import Store
 from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def open_store(
     synchronous: Synchronous = "FULL",
     token_counting: TokenCounting = "deferred",
     readonly: bool = False,
-) -> SQLiteStore:
+) -> Store:
     """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`.
 
     Every append to the store returned then advances its token counts and materialized projections

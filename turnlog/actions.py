@@ -18,13 +18,13 @@ from turnlog.store import (
     RecordedEvent,
     SessionRewound,
     SessionStarted,
-    SQLiteStore,
+    Store,
     UnknownEventError,
 )
 from turnlog.store.events_loop import RewindReason
 
 
-def pin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:
+def pin_message(store: Store, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:
     """Pin a message (by event id or unique prefix) so every projection keeps it, whole."""
     store.require_session(session_id)
     target = _message(store, session_id, ref)
@@ -33,7 +33,7 @@ def pin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | Non
     return recorded
 
 
-def unpin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:
+def unpin_message(store: Store, session_id: str, ref: str, reason: str | None = None) -> RecordedEvent:
     """Lift a pin (by event id or unique prefix)."""
     store.require_session(session_id)
     target = _message(store, session_id, ref)
@@ -42,7 +42,7 @@ def unpin_message(store: SQLiteStore, session_id: str, ref: str, reason: str | N
     return recorded
 
 
-def write_todos(store: SQLiteStore, session_id: str, items: Sequence[TodoInput]) -> RecordedEvent:
+def write_todos(store: Store, session_id: str, items: Sequence[TodoInput]) -> RecordedEvent:
     """Replace the session's todo list (built and checked by the one todo-list builder)."""
     todo_list = build_todo_list(items)
     keep_caught_up(store)
@@ -51,7 +51,7 @@ def write_todos(store: SQLiteStore, session_id: str, items: Sequence[TodoInput])
 
 
 def fork_session(
-    store: SQLiteStore, session_id: str, at_version: int, into: str, *, title: str | None = None
+    store: Store, session_id: str, at_version: int, into: str, *, title: str | None = None
 ) -> RecordedEvent:
     """Start ``into`` as a fork of ``session_id`` sharing its history up to ``at_version``. Nothing
     is copied: the fork's ``session_started`` points at the parent and version, and every projection
@@ -76,7 +76,7 @@ def fork_session(
 
 
 def rewind_session(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     to_version: int,
     *,
@@ -101,7 +101,7 @@ def rewind_session(
     return recorded
 
 
-def _message(store: SQLiteStore, session_id: str, ref: str) -> RecordedEvent:
+def _message(store: Store, session_id: str, ref: str) -> RecordedEvent:
     record = store.find_event(session_id, ref)
     if not isinstance(record.event, MessageAppended):
         raise UnknownEventError(

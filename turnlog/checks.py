@@ -4,10 +4,10 @@ projection against a fresh rebuild."""
 from __future__ import annotations
 
 from turnlog.projections.registry import materializer
-from turnlog.store import SQLiteStore, VerifyReport
+from turnlog.store import Store, VerifyReport
 
 
-def verify_all(store: SQLiteStore, *, quick: bool = False) -> VerifyReport:
+def verify_all(store: Store, *, quick: bool = False) -> VerifyReport:
     """The log's verify report, with a problem added for each projection that differs from a fresh
     rebuild (only when the log itself is sound: projections of a tampered log prove nothing).
     ``quick`` runs SQLite's quick_check (no index check) instead of the full integrity_check."""

@@ -10,7 +10,7 @@ import click
 
 from turnlog import open_store
 from turnlog.output import dumps, escape_text
-from turnlog.store import SQLiteStore, StoreError
+from turnlog.store import Store, StoreError
 
 
 class _Group(click.Group):
@@ -85,11 +85,11 @@ class _Context:
     def __init__(self, db: str) -> None:
         self.db = db
 
-    def open(self, *, create: bool = False, tokenizer: str | None = None) -> SQLiteStore:
+    def open(self, *, create: bool = False, tokenizer: str | None = None) -> Store:
         """The store, for a command that writes (it leaves the projections caught up)."""
         return open_store(self.db, create=create, tokenizer=tokenizer)
 
-    def read(self) -> SQLiteStore:
+    def read(self) -> Store:
         """The store, read-only, for a command that only reads: it never writes to the file and
         never waits for a writer."""
         return open_store(self.db, create=False, readonly=True)

@@ -26,7 +26,7 @@ from turnlog.projections.summaries import find_summary_by_key
 from turnlog.store import (
     MessageAppended,
     RecordedEvent,
-    SQLiteStore,
+    Store,
     SummarizerInfo,
     SummaryRecorded,
     ToolReturned,
@@ -126,7 +126,7 @@ class CompactionResult:
 
 
 def compact(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     policy: ContextPolicy,
     summarizer: Summarizer | object | None = None,
@@ -166,7 +166,7 @@ def compact(
     return _explained(result, options)
 
 
-def whole_context_tokens(store: SQLiteStore, session_id: str, policy: ContextPolicy, estimate: int) -> int:
+def whole_context_tokens(store: Store, session_id: str, policy: ContextPolicy, estimate: int) -> int:
     """The real tokens of the session's context with nothing left out (tool outputs and long
     messages capped as ``policy`` caps them): the context is built, not estimated, with a budget
     large enough for all of it (``estimate``, the timeline's sum, is where the search starts)."""
@@ -364,7 +364,7 @@ def _ref(item: Block | PlannedStep) -> str:
 
 
 def _write(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     steps: list[PlannedStep],
     summarizer: Summarizer,
@@ -446,7 +446,7 @@ def _summary_notice(shown: int, total: int) -> str:
     return f"[turnlog: summary cut to {shown:,} of {total:,} tokens]"
 
 
-def _child(store: SQLiteStore, ref: str, made: dict[str, SummaryRecorded]) -> SummaryRecorded:
+def _child(store: Store, ref: str, made: dict[str, SummaryRecorded]) -> SummaryRecorded:
     if ref in made:
         return made[ref]
     event = store.get_event(ref).event
@@ -460,7 +460,7 @@ def _request(
     raw: list[RecordedEvent],
     children: list[SummaryRecorded],
     options: CompactionOptions,
-    store: SQLiteStore,
+    store: Store,
 ) -> SummaryRequest:
     items: list[TranscriptItem] = []
     for child in children:
@@ -489,7 +489,7 @@ def _request(
     )
 
 
-def _transcript(items: list[TranscriptItem], options: CompactionOptions, store: SQLiteStore) -> str:
+def _transcript(items: list[TranscriptItem], options: CompactionOptions, store: Store) -> str:
     """The items as text for a model, long tool outputs shortened first, the whole capped."""
     tokenizer = store.tokenizer
     per_output = max(64, options.max_input_tokens // 8)

@@ -34,7 +34,7 @@ from turnlog.store import (
     MessageAppended,
     RecordedEvent,
     SessionStarted,
-    SQLiteStore,
+    Store,
     ToolReturned,
     UsageRecorded,
 )
@@ -167,7 +167,7 @@ def export_to_file(
 
 
 def _store_files(store: EventStore) -> list[Path]:
-    if not isinstance(store, SQLiteStore):
+    if not isinstance(store, Store):
         return []
     name = store.path
     if name == ":memory:" or name.startswith("file::memory:"):

@@ -30,7 +30,7 @@ from turnlog.store import (
     RunFinished,
     RunStarted,
     SessionPolicy,
-    SQLiteStore,
+    Store,
     StoreError,
     ToolReturned,
 )
@@ -89,7 +89,7 @@ class Handlers:
 
 
 def set_policy(
-    store: SQLiteStore, session_id: str, policy: SessionPolicy, *, replace: bool = False
+    store: Store, session_id: str, policy: SessionPolicy, *, replace: bool = False
 ) -> RecordedEvent:
     """Store the session's policy: ``policy``'s fields over the current ones (``replace``: exactly
     ``policy``). Names are checked for form only: what they stand for is looked up where the loop runs."""
@@ -98,7 +98,7 @@ def set_policy(
     return store.append(session_id, [PolicySet(policy=current.merged(policy))])[0]
 
 
-def get_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> SessionPolicy:
+def get_policy(store: Store, session_id: str, at: int | None = None) -> SessionPolicy:
     """The session's stored policy (all fields unset when none was set)."""
     store.require_session(session_id)
     return session_policy(store, session_id, at)
@@ -108,7 +108,7 @@ def get_policy(store: SQLiteStore, session_id: str, at: int | None = None) -> Se
 
 
 def after_commit(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     records: Sequence[RecordedEvent],
     *,
@@ -134,7 +134,7 @@ def after_commit(
     return report
 
 
-def after_adapter_commit(store: SQLiteStore, session_id: str, records: Sequence[RecordedEvent]) -> LoopReport:
+def after_adapter_commit(store: Store, session_id: str, records: Sequence[RecordedEvent]) -> LoopReport:
     """:func:`after_commit` for a framework adapter: it never raises into the framework (whose own
     writes are committed); what failed is recorded and logged."""
     try:
@@ -145,7 +145,7 @@ def after_adapter_commit(store: SQLiteStore, session_id: str, records: Sequence[
 
 
 def finish(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     run_id: str | None,
     *,
@@ -195,7 +195,7 @@ def finish(
 
 
 def condense_outputs(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     outputs: Sequence[RecordedEvent],
     policy: SessionPolicy,
@@ -236,7 +236,7 @@ def condense_outputs(
 
 
 def _condense(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     record: RecordedEvent,
     event: ToolReturned,
@@ -298,7 +298,7 @@ def _condensing(policy: SessionPolicy) -> bool:
     return any(mode != "simple" for mode in (policy.tool_output_modes or {}).values())
 
 
-def _run_records(store: SQLiteStore, session_id: str, run_id: str | None) -> list[RecordedEvent]:
+def _run_records(store: Store, session_id: str, run_id: str | None) -> list[RecordedEvent]:
     """The session's events from the start of run ``run_id`` (the newest ``run_started`` of that id)."""
     records = store.read_session(session_id)
     start = 0
@@ -311,7 +311,7 @@ def _run_records(store: SQLiteStore, session_id: str, run_id: str | None) -> lis
 
 
 def _fail(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     report: LoopReport,
     stage: Any,

@@ -17,7 +17,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from turnlog import open_store
-from turnlog.store import SQLiteStore, StoreError
+from turnlog.store import Store, StoreError
 from turnlog.tool import TOOL_NAME, description, invoke, parameters_schema
 
 __all__ = [
@@ -98,7 +98,7 @@ class McpAnswer:
 
 
 def answer(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     name: str,
     arguments: dict[str, Any] | None,
@@ -143,7 +143,7 @@ def _error(text: str) -> McpAnswer:
 
 
 def build_server(
-    store: SQLiteStore, session_id: str, *, max_tokens: int | None = None, record: bool = True
+    store: Store, session_id: str, *, max_tokens: int | None = None, record: bool = True
 ) -> Server[Any]:
     """The MCP server (the SDK's low-level one, so the tool's schema is sent as it is and the
     arguments reach the tool unvalidated: its own errors are the ones the model learns from)."""

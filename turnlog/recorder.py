@@ -46,6 +46,7 @@ from turnlog.store import (
     RunStarted,
     SessionStarted,
     SQLiteStore,
+    Store,
     StoreError,
     ToolCall,
     ToolReturned,
@@ -77,7 +78,7 @@ class SessionRecorder:
 
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         session_id: str,
         *,
         model: str | None = None,
@@ -357,7 +358,7 @@ class SessionRecorder:
 
 
 def session(
-    store: SQLiteStore | str | os.PathLike[str],
+    store: Store | str | os.PathLike[str],
     session_id: str,
     *,
     title: str | None = None,
@@ -370,8 +371,8 @@ def session(
     """A recorder for ``session_id``: started (``session_started`` with the title, model and
     metadata) when it does not exist yet, continued from its head when it does. ``store`` is an
     open store or the path of one (opened, created if needed, and closed with the recorder)."""
-    owns = not isinstance(store, SQLiteStore)
-    opened = SQLiteStore.open(store) if not isinstance(store, SQLiteStore) else store
+    owns = not isinstance(store, Store)
+    opened = SQLiteStore.open(store) if not isinstance(store, Store) else store
     try:
         recorder = SessionRecorder(
             opened, session_id, model=model, retries=retries, owns_store=owns, handlers=handlers, loop=loop

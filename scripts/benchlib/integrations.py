@@ -12,9 +12,12 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchlib import report as R
+
+if TYPE_CHECKING:
+    from benchlib.runner import Bench
 
 HEADING = "## Framework adapters (issue 15)"
 ADAPTERS = (
@@ -54,6 +57,14 @@ def run(
                     log("  " + json.dumps(r))
                 rows += [{"adapter": name, **r} for r in got]
     return {"rows": rows, "missing": missing}
+
+
+def section(bench: Bench) -> None:
+    """The bench's section 6: every adapter at the run's sizes and durabilities."""
+    cfg = bench.cfg
+    bench.results["integrations"] = run(
+        cfg.integration_sizes, cfg.integration_durabilities, bench.dir, bench.log
+    )
 
 
 def _is_ours(row: dict[str, Any]) -> bool:

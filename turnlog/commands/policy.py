@@ -12,7 +12,7 @@ import click
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.config import BUILT_IN, ConfigError, load_config
 from turnlog.output import echo, emit, int_range, json_option, tokens_range
-from turnlog.store import MAX_TOKENS, RecordedEvent, SessionPolicy, SQLiteStore
+from turnlog.store import MAX_TOKENS, RecordedEvent, SessionPolicy, Store
 from turnlog.store.events_policy import check_output_mode
 
 DEFAULT_TOOL_CAP = 1000
@@ -192,7 +192,7 @@ def _warn_unknown_names(policy: SessionPolicy) -> None:
 
 
 def policy_defaults(
-    store: SQLiteStore, session: str, budget: int | None, max_tool_tokens: int | None
+    store: Store, session: str, budget: int | None, max_tool_tokens: int | None
 ) -> tuple[int, int]:
     """``--budget`` and ``--max-tool-tokens`` when given, else the session policy's (the cap: 1000
     when the policy sets none either)."""
@@ -212,7 +212,7 @@ def policy_defaults(
     return budget, cap if cap is not None else DEFAULT_TOOL_CAP
 
 
-def report_loop(store: SQLiteStore, session: str, records: Sequence[RecordedEvent]) -> None:
+def report_loop(store: Store, session: str, records: Sequence[RecordedEvent]) -> None:
     """After a CLI append: the loop's work (run-end compaction, condensed outputs); its failures are
     recorded as events and said on standard error (the append itself stands)."""
     from turnlog.loop import after_commit, log

@@ -12,11 +12,11 @@ import importlib
 import os
 from types import ModuleType
 
-from turnlog.store import SQLiteStore
+from turnlog.store import Store
 
 __all__ = ["StoreLike", "open_for_adapter", "require"]
 
-StoreLike = str | os.PathLike[str] | SQLiteStore
+StoreLike = str | os.PathLike[str] | Store
 """What every adapter's ``db=`` takes: a store's path (or, later, a database URL), or an open store."""
 
 
@@ -31,12 +31,12 @@ def require(module: str, extra: str) -> ModuleType:
         ) from exc
 
 
-def open_for_adapter(db: StoreLike) -> tuple[SQLiteStore, bool]:
+def open_for_adapter(db: StoreLike) -> tuple[Store, bool]:
     """The store an adapter works on, and whether the adapter opened it (and so must close it).
 
     A path is opened with :func:`turnlog.open_store`, so every append advances the projections in its
     own transaction; an open store is used as it is, and stays the caller's to close."""
-    if isinstance(db, SQLiteStore):
+    if isinstance(db, Store):
         from turnlog.projections.registry import keep_caught_up
 
         keep_caught_up(db)

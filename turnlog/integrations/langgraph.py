@@ -84,6 +84,7 @@ from turnlog.store import (  # noqa: E402
     SessionStarted,
     SQLiteStore,
     StateRecorded,
+    Store,
     ToolReturned,
     VersionConflictError,
 )
@@ -115,7 +116,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         map_messages: bool = True,
     ) -> None:
         super().__init__(serde=serde)
-        if isinstance(db, SQLiteStore):
+        if isinstance(db, Store):
             self._store, self._owned = open_for_adapter(db)
         else:
             self._store, self._owned = SQLiteStore.open(db), True
@@ -126,7 +127,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         self._messages: dict[str, ThreadMessages] = {}
 
     @property
-    def store(self) -> SQLiteStore:
+    def store(self) -> Store:
         """The turnlog store the checkpoints go to."""
         return self._store
 
@@ -517,7 +518,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _advance_after_messages(store: SQLiteStore) -> None:
+def _advance_after_messages(store: Store) -> None:
     """Like ``turnlog.open_store``'s hook, but an append of state events alone (a checkpoint
     without new messages, a task's writes: most of a graph's steps) leaves the materialized
     projections to the next append with messages or the next read, which fold the backlog in one

@@ -48,7 +48,7 @@ from turnlog.store import (
     OriginItem,
     RecordedEvent,
     SessionRewound,
-    SQLiteStore,
+    Store,
     ToolCall,
     ToolReturned,
     UsageRecorded,
@@ -167,7 +167,7 @@ class TurnlogSession:
         self._closed = False
 
     @property
-    def store(self) -> SQLiteStore:
+    def store(self) -> Store:
         """The turnlog store this session writes to."""
         return self._store
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from turnlog.integrations import StoreLike, open_for_adapter, require
-from turnlog.store import SQLiteStore
+from turnlog.store import Store
 from turnlog.store.errors import UnknownEventError, VersionConflictError
 from turnlog.store.events import (
     Event,
@@ -239,7 +239,7 @@ class TurnlogConversationStore(ConversationStore):
         return SessionStarted(metadata={"framework": FRAMEWORK}, parent=parent)
 
 
-def _latest_record(store: SQLiteStore, session: str) -> tuple[ConversationRecord | None, int]:
+def _latest_record(store: Store, session: str) -> tuple[ConversationRecord | None, int]:
     """The session's current record (None if never written or deleted) and its head version."""
     head = store.head_version(session)
     if head == 0:

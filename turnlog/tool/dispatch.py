@@ -23,7 +23,7 @@ from turnlog.store import (
     InvalidEventError,
     MessageAppended,
     RecordedEvent,
-    SQLiteStore,
+    Store,
     Tokenizer,
     ToolCall,
     ToolReturned,
@@ -95,7 +95,7 @@ class ToolResult:
 
 
 def invoke(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     envelope: Envelope,
     *,
@@ -173,7 +173,7 @@ def invoke(
 
 
 def _invoke_once(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     envelope: Envelope,
     max_tokens: int | None,
@@ -235,7 +235,7 @@ def _fingerprint(envelope: Envelope) -> str:
     return hashlib.sha256(raw).hexdigest()[:24]
 
 
-def _answered(store: SQLiteStore, session_id: str, key: str) -> RecordedEvent | None:
+def _answered(store: Store, session_id: str, key: str) -> RecordedEvent | None:
     """The result already recorded for this key in the session, if any."""
     try:
         return store.find_event(session_id, f"{key}r")
@@ -244,7 +244,7 @@ def _answered(store: SQLiteStore, session_id: str, key: str) -> RecordedEvent | 
 
 
 def call(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     envelope: Envelope,
     *,
@@ -263,7 +263,7 @@ def call(
 
 
 def call_recorded(
-    store: SQLiteStore,
+    store: Store,
     session_id: str,
     tool_call_id: str,
     envelope: Envelope,
@@ -283,7 +283,7 @@ def _returned(call_id: str, result: ToolResult) -> ToolReturned:
     )
 
 
-def _serve(store: SQLiteStore, session_id: str, envelope: object, max_tokens: int | None) -> ToolResult:
+def _serve(store: Store, session_id: str, envelope: object, max_tokens: int | None) -> ToolResult:
     tok = store.tokenizer
     limit = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     parsed = _parse(envelope)

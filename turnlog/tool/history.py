@@ -23,7 +23,7 @@ from turnlog.store import (
     MessageUnpinned,
     RecordedEvent,
     SessionStarted,
-    SQLiteStore,
+    Store,
     TodosUpdated,
     Tokenizer,
     ToolReturned,
@@ -76,7 +76,7 @@ class Page:
         return "\n".join(self.blocks)
 
 
-def find_event(store: SQLiteStore, session_id: str, ref: str) -> RecordedEvent:
+def find_event(store: Store, session_id: str, ref: str) -> RecordedEvent:
     """The session's event with this id or unique prefix; an unknown one is the agent's mistake, said
     in the tool's own terms."""
     try:
@@ -97,7 +97,7 @@ def call_text(module: str, method: str, data: dict[str, object]) -> str:
 # --- history.read ------------------------------------------------------------------------------
 
 
-def read_tail(store: SQLiteStore, session_id: str, query: HistoryTail, tok: Tokenizer, budget: int) -> str:
+def read_tail(store: Store, session_id: str, query: HistoryTail, tok: Tokenizer, budget: int) -> str:
     """The last ``n`` messages and the events among them, oldest first; when they do not all fit,
     the newest that do, and the range call that shows the older ones."""
     head = store.head_version(session_id)
@@ -137,7 +137,7 @@ def read_tail(store: SQLiteStore, session_id: str, query: HistoryTail, tok: Toke
     return f"{body}\n{note}" if body else note
 
 
-def read_range(store: SQLiteStore, session_id: str, query: HistoryRange, tok: Tokenizer, budget: int) -> str:
+def read_range(store: Store, session_id: str, query: HistoryRange, tok: Tokenizer, budget: int) -> str:
     """The events of a version range, oldest first, as many as fit; the notice says where to go on."""
     head = store.head_version(session_id)
     if query.from_version > head:
@@ -176,7 +176,7 @@ def read_range(store: SQLiteStore, session_id: str, query: HistoryRange, tok: To
     return f"{body}\n{note}" if body else note
 
 
-def read_event(store: SQLiteStore, session_id: str, query: HistoryEvent, tok: Tokenizer, budget: int) -> str:
+def read_event(store: Store, session_id: str, query: HistoryEvent, tok: Tokenizer, budget: int) -> str:
     """One event, whole when it fits; a large tool output as its first page of lines (with the
     artifacts.read call that goes on), anything else capped head and tail around a notice."""
     record = find_event(store, session_id, query.event_id)
@@ -274,7 +274,7 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _newest_first(store: SQLiteStore, session_id: str, below: int) -> Iterator[RecordedEvent]:
+def _newest_first(store: Store, session_id: str, below: int) -> Iterator[RecordedEvent]:
     """The session's live events with version <= ``below``, newest first, read in growing windows;
     a range a rewind or a removal took out is skipped without being read."""
     dead = _dead(store, session_id)
@@ -292,7 +292,7 @@ def _newest_first(store: SQLiteStore, session_id: str, below: int) -> Iterator[R
         size = min(size * 2, _WINDOW)
 
 
-def _dead(store: SQLiteStore, session_id: str) -> list[Gap]:
+def _dead(store: Store, session_id: str) -> list[Gap]:
     """The session's versions that are not live now (the agent reads the live history only)."""
     materializer(store).catch_up()
     with store.reading() as conn:
@@ -316,7 +316,7 @@ class Match:
     excerpt: str
 
 
-def search(store: SQLiteStore, session_id: str, query: HistorySearch, tok: Tokenizer, budget: int) -> str:
+def search(store: Store, session_id: str, query: HistorySearch, tok: Tokenizer, budget: int) -> str:
     """Matches of the query in the session's messages and tool returns, newest first, as many as
     ``limit`` and the budget allow; the footer gives the ``before_version`` of the next page. Results
     of this tool itself are not searched (they only repeat the log, and would match every query that
@@ -364,7 +364,7 @@ def _patterns(query: HistorySearch) -> list[re.Pattern[str]]:
 
 
 def _matches(
-    store: SQLiteStore, session_id: str, start: int, patterns: list[re.Pattern[str]], role: str
+    store: Store, session_id: str, start: int, patterns: list[re.Pattern[str]], role: str
 ) -> Iterator[Match]:
     for record in _newest_first(store, session_id, start):
         event = record.event

@@ -24,7 +24,7 @@ from turnlog.store import (
     MessagePinned,
     MessageUnpinned,
     RecordedEvent,
-    SQLiteStore,
+    Store,
     Tokenizer,
 )
 from turnlog.tool.cards import help_card
@@ -58,7 +58,7 @@ from turnlog.tool.inputs import (
 class Call:
     """One call being served: where it reads, and the tokens its result may have."""
 
-    store: SQLiteStore
+    store: Store
     session_id: str
     tok: Tokenizer
     budget: int

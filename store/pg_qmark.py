@@ -1,0 +1,75 @@
+"""PostgreSQL connections as projections use them: ``?`` placeholders (sqlite3's style, the one
+portable spelling the projections write), ``execute`` returning a cursor, ``executemany``, and the
+dialect the connection speaks. psycopg takes ``%s`` and reads every ``%`` of a query that has
+parameters as the start of one, so a query is rewritten once (and remembered): ``?`` outside quoted
+text and identifiers becomes ``%s``, a ``%`` becomes ``%%``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from turnlog.store.dialect import PostgresDialect
+
+
+@functools.lru_cache(maxsize=2048)
+def qmark(sql: str) -> str:
+    """``sql`` with ``?`` placeholders as psycopg's ``%s`` (and ``%`` doubled); quoted text
+    (``'...'``), quoted identifiers (``"..."``) and ``--`` comments are copied as they are, except
+    that their ``%`` is doubled too (psycopg reads the whole query)."""
+    out: list[str] = []
+    quote: str | None = None
+    index = 0
+    while index < len(sql):
+        char = sql[index]
+        if quote is not None:
+            out.append("%%" if char == "%" else char)
+            if char == quote:
+                quote = None
+        elif char in ("'", '"'):
+            quote = char
+            out.append(char)
+        elif char == "-" and sql.startswith("--", index):
+            end = sql.find("\n", index)
+            end = len(sql) if end == -1 else end
+            out.append(sql[index:end].replace("%", "%%"))
+            index = end
+            continue
+        elif char == "?":
+            out.append("%s")
+        elif char == "%":
+            out.append("%%")
+        else:
+            out.append(char)
+        index += 1
+    return "".join(out)
+
+
+class QmarkConnection:
+    """A psycopg connection behind the calls projections make (``execute``, ``executemany``,
+    ``fetchone``/``fetchall`` on what they return), with ``?`` placeholders."""
+
+    def __init__(self, conn: Any, dialect: PostgresDialect) -> None:
+        self._conn = conn
+        self.turnlog_dialect = dialect
+        """The dialect :func:`store.dialect.dialect_of` finds on it."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        # Without parameters psycopg sends the text as it is: a doubled % would stay doubled.
+        return self._conn.execute(qmark(sql), tuple(params)) if params else self._conn.execute(sql)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        rows = [tuple(row) for row in rows]
+        cursor = self._conn.cursor()
+        if rows:
+            cursor.executemany(qmark(sql), rows)
+        return cursor
+
+    @property
+    def raw(self) -> Any:
+        """The psycopg connection itself (``%s`` placeholders), for store/ code."""
+        return self._conn
+
+
+__all__ = ["QmarkConnection", "qmark"]
