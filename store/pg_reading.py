@@ -249,9 +249,10 @@ class PgReadingStore(PostgresBase):
 
     # --- verifying -----------------------------------------------------------------------------
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, quick: bool = False) -> VerifyReport:
         """Check the immutability triggers (present and enabled), the hash chain and gapless
-        positions, that every row decodes, every stored token count, and the content blobs."""
+        positions, that every row decodes, every stored token count, and the content blobs.
+        (``quick`` changes nothing here: PostgreSQL has no faster whole-database check to choose.)"""
         findings = Findings(VerifyReport())
         with self.reading() as conn:
             self._check_triggers(conn, findings)
