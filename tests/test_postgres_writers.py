@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -96,9 +97,37 @@ def created(pg_schema: str) -> str:
     return pg_schema
 
 
-def test_eight_writers_on_one_session_with_expected_version_retries(created: str, tmp_path: Path) -> None:
-    sides = [tmp_path / f"w{n}.txt" for n in range(8)]
-    procs = [_start(created, n, "shared", 500, sides[n]) for n in range(8)]
+Start = Callable[..., subprocess.Popen[str]]
+
+
+@pytest.fixture
+def writers(created: str, tmp_path: Path) -> Iterator[tuple[Start, Callable[[int], Path]]]:
+    """Start writer processes on the store in ``created`` (writer n acknowledges in side(n)); any
+    still running after the test is killed before its schema is dropped."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def side(writer: int) -> Path:
+        return tmp_path / f"w{writer}.txt"
+
+    def start(
+        writer: int, session: str, batches: int, size: int = 1, fsync: bool = False
+    ) -> subprocess.Popen[str]:
+        procs.append(_start(created, writer, session, batches, side(writer), size, fsync))
+        return procs[-1]
+
+    yield start, side
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_eight_writers_on_one_session_with_expected_version_retries(
+    created: str, writers: tuple[Start, Callable[[int], Path]]
+) -> None:
+    start, side = writers
+    sides = [side(n) for n in range(8)]
+    procs = [start(n, "shared", 500) for n in range(8)]
     seconds = _finish(procs)
     acked = [batch for side in sides for batch in _acknowledged(side)]
     assert len(acked) == 4000
@@ -111,9 +140,10 @@ def test_eight_writers_on_one_session_with_expected_version_retries(created: str
     print(f"8 writers x 500 on one session: {4000 / max(seconds):.0f} appends/s in aggregate")
 
 
-def test_eight_writers_on_eight_sessions(created: str, tmp_path: Path) -> None:
-    sides = [tmp_path / f"w{n}.txt" for n in range(8)]
-    procs = [_start(created, n, f"own-{n}", 500, sides[n], size=2) for n in range(8)]
+def test_eight_writers_on_eight_sessions(created: str, writers: tuple[Start, Callable[[int], Path]]) -> None:
+    start, side = writers
+    sides = [side(n) for n in range(8)]
+    procs = [start(n, f"own-{n}", 500, size=2) for n in range(8)]
     seconds = _finish(procs)
     acked = [batch for side in sides for batch in _acknowledged(side)]
     with PostgresStore.open(pg_url(), schema=created) as store:
@@ -124,10 +154,13 @@ def test_eight_writers_on_eight_sessions(created: str, tmp_path: Path) -> None:
     print(f"8 writers x 500 batches of 2 on 8 sessions: {4000 / max(seconds):.0f} appends/s in aggregate")
 
 
-def test_sigkill_of_writers_mid_append_loses_no_acknowledged_event(created: str, tmp_path: Path) -> None:
+def test_sigkill_of_writers_mid_append_loses_no_acknowledged_event(
+    created: str, writers: tuple[Start, Callable[[int], Path]]
+) -> None:
     rng = random.Random(17)
-    sides = [tmp_path / f"w{n}.txt" for n in range(4)]
-    procs = [_start(created, n, f"s{n}", 5000, sides[n], size=3, fsync=True) for n in range(4)]
+    start, side = writers
+    sides = [side(n) for n in range(4)]
+    procs = [start(n, f"s{n}", 5000, size=3, fsync=True) for n in range(4)]
     deadline = time.monotonic() + 30
     while min(len(_acknowledged(side)) for side in sides) < 5:
         assert time.monotonic() < deadline, "writers acknowledged nothing"
