@@ -4,30 +4,30 @@ a row, and the blob decoder. Shared by the log (store.sqlite) and its checker (s
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import zstandard
 from pydantic import ValidationError
+from pydantic_core import from_json
 
-from turnlog.store.base import RecordedEvent
-from turnlog.store.errors import CorruptStoreError
+from turnlog.store.base import Blob, OriginItem, RecordedEvent
+from turnlog.store.chain import GENESIS_HASH as GENESIS_HASH  # re-exported: verify and tests import them here
+from turnlog.store.chain import event_hash as event_hash
+from turnlog.store.errors import CorruptStoreError, UnknownArtifactError, UnknownEventError
 from turnlog.store.events import (
     CURRENT_VERSIONS,
     EVENT_CLASSES,
     describe_validation_error,
     load_stored,
+    upcast,
 )
 from turnlog.store.limits import MAX_TOKENS, STORED
-
-GENESIS_HASH = "0" * 64
-"""The prev_hash of the first event."""
 
 EVENT_COLUMNS = (
     "e.position, e.session_id, e.version, e.event_id, e.type, e.schema_version, e.payload, "
@@ -114,6 +114,64 @@ def fork_parent(payload: str, session_id: str) -> tuple[str, int] | None:
         ) from exc
 
 
+def lineage_from(
+    first_row: Callable[[str], tuple[str, str] | None],
+    session_id: str,
+    cache: dict[str, list[tuple[str, int, int]]],
+) -> list[tuple[str, int, int]]:
+    """(session, first version, last version) segments of a session's history, oldest first: a
+    fork's parent prefix (recursively), then its own events. ``first_row`` gives a session's first
+    event as (type, payload), None when it has none (each backend reads it its own way)."""
+    found = cache.get(session_id)
+    if found is not None:
+        return found
+    row = first_row(session_id)
+    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
+    if not parent:
+        segments = [(session_id, 1, 2**62)]
+    else:
+        parent_id, upto = parent
+        prefix = lineage_from(first_row, parent_id, cache)
+        segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
+        segments.append((session_id, upto + 1, 2**62))
+    if row is not None:  # the facts of an existing session never change
+        cache[session_id] = segments
+    return segments
+
+
+def blob_from_row(blob_id: str, row: Sequence[Any] | None) -> Blob:
+    """The content a blobs row (id, size, codec, data) holds, looked up as ``blob_id``: UnknownArtifactError
+    when there is no row, CorruptStoreError when its data cannot be decoded."""
+    if row is None:
+        raise UnknownArtifactError(f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them")
+    try:
+        text = decode_blob(row[2], row[3]).decode("utf-8")
+    except (BlobDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptStoreError(f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`") from exc
+    return Blob(row[0], row[1], text)
+
+
+def event_ref(ref: str) -> str:
+    """An event reference (an id, or a prefix of one, as `turnlog log` shows them) stripped and
+    checked: at least 6 characters."""
+    ref = ref.strip()
+    if len(ref) < 6:
+        raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+    return ref
+
+
+def the_event(session_id: str, ref: str, rows: Sequence[RecordedEvent]) -> RecordedEvent:
+    """The one event a reference found in a session, or UnknownEventError naming the problem."""
+    if not rows:
+        raise UnknownEventError(
+            f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
+        )
+    if len(rows) > 1:
+        ids = ", ".join(r.event_id[:16] for r in rows)
+        raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
+    return rows[0]
+
+
 def undecodable_row(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> CorruptStoreError:
     """The error for the first row of a query whose text is not UTF-8 (read again as bytes)."""
     query = f"SELECT e.position, {TEXT_AS_BYTES} FROM events e LEFT JOIN blobs b ON b.id = e.blob_id {where}"
@@ -134,6 +192,26 @@ def text_column_error(columns: Sequence[bytes | None]) -> str | None:
         except UnicodeDecodeError as exc:
             return f"stored {name} is not valid UTF-8 (byte {exc.start})"
     return None
+
+
+def origin_item(row: Sequence[Any]) -> OriginItem:
+    """An OriginItem from a (position, version, type, schema_version, payload) row, without
+    validating the event."""
+    position, version, etype, schema_version, payload = row
+    if '"origin"' not in payload:  # no origin field: nothing to parse
+        return OriginItem(position, version, etype, None, None)
+    try:
+        body = from_json(payload)  # pydantic-core's parser: about 3x json.loads
+        if schema_version != CURRENT_VERSIONS.get(etype, schema_version):
+            body = upcast(etype, schema_version, body)
+        origin = body.get("origin")
+        if origin is None:
+            return OriginItem(position, version, etype, None, None)
+        return OriginItem(position, version, etype, str(origin["framework"]), origin.get("item"))
+    except Exception as exc:  # RecursionError too: never more than this row is lost
+        raise CorruptStoreError(
+            f"position {position}: stored {etype} event cannot be read: {exc}; run `turnlog verify`"
+        ) from exc
 
 
 # Rows at their type's current schema version go straight to that class's validator (no union
@@ -203,31 +281,6 @@ class gc_paused:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self.was_on:
             gc.enable()
-
-
-def event_hash(
-    prev_hash: str,
-    position: int,
-    session_id: str,
-    version: int,
-    event_id: str,
-    event_type: str,
-    schema_version: int,
-    payload: str,
-    blob_id: str | None,
-    recorded_at: str,
-) -> str:
-    # Length-prefixed fields (length in characters): an unambiguous encoding, whatever characters
-    # the fields hold. Written out in one f-string, since it runs once per appended event.
-    pos, ver, sv, blob = str(position), str(version), str(schema_version), blob_id or ""
-    material = (
-        f"{len(prev_hash)}:{prev_hash};{len(pos)}:{pos};{len(session_id)}:{session_id};"
-        f"{len(ver)}:{ver};{len(event_id)}:{event_id};{len(event_type)}:{event_type};"
-        f"{len(sv)}:{sv};{len(payload)}:{payload};{len(blob)}:{blob};{len(recorded_at)}:{recorded_at};"
-    )
-    # surrogateescape: a row verify read as undecodable bytes hashes to its stored bytes (stored text
-    # never holds lone surrogates otherwise: input refuses them), so the hash is unchanged.
-    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 _decompressors = threading.local()  # zstd contexts are not thread-safe: one per thread

@@ -5,7 +5,10 @@ Migrations are append-only: a released one is never edited, a change is a new on
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from turnlog.store.errors import CorruptStoreError
 
 
 @dataclass(frozen=True)
@@ -178,3 +181,15 @@ MIGRATIONS += (
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def pending(migrations: Sequence[Migration], applied: Iterable[int], where: str) -> list[Migration]:
+    """The migrations a store still needs, in order; CorruptStoreError for a store of a newer
+    schema than ``migrations`` know (the same rule for every backend)."""
+    done = set(applied)
+    newest, latest = max(done, default=0), migrations[-1].version
+    if newest > latest:
+        raise CorruptStoreError(
+            f"{where} has schema version {newest}, newer than this turnlog knows ({latest}); upgrade turnlog"
+        )
+    return [migration for migration in migrations if migration.version not in done]

@@ -15,9 +15,10 @@ from typing import Literal, Self
 import sqlite_utils
 
 from turnlog.store.base import RecordedEvent, Store
+from turnlog.store.chain import now
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from turnlog.store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
-from turnlog.store.schema import LATEST_VERSION, MIGRATIONS
+from turnlog.store.schema import MIGRATIONS, pending
 from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -377,16 +378,8 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
             "CREATE TABLE IF NOT EXISTS turnlog_migrations (version INTEGER PRIMARY KEY, "
             "name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT"
         )
-        applied = {row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")}
-        newest = max(applied, default=0)
-        if newest > LATEST_VERSION:
-            raise CorruptStoreError(
-                f"{path} has schema version {newest}, newer than this turnlog knows "
-                f"({LATEST_VERSION}); upgrade turnlog"
-            )
-        for migration in MIGRATIONS:
-            if migration.version in applied:
-                continue
+        applied = [row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")]
+        for migration in pending(MIGRATIONS, applied, path):
             for statement in _statements(migration.sql):
                 conn.execute(statement)
             conn.execute(
@@ -450,19 +443,3 @@ def _statements(sql: str) -> list[str]:
     if buffer.strip():
         statements.append(buffer.strip())
     return statements
-
-
-_second: tuple[int, str] = (0, "")
-
-
-def now() -> str:
-    """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
-    date-and-seconds part formatted once a second (this runs once per append)."""
-    global _second
-    micros = time.time_ns() // 1000
-    seconds, fraction = divmod(micros, 1_000_000)
-    second, text = _second
-    if seconds != second:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        _second = (seconds, text)
-    return f"{text}.{fraction:06d}+00:00"

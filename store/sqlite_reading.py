@@ -8,23 +8,20 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pydantic_core import from_json
-
 from turnlog.store.base import Blob, OriginItem, RecordedEvent, SessionSummary, VerifyReport
 from turnlog.store.errors import (
-    CorruptStoreError,
     InvalidEventError,
-    UnknownArtifactError,
     UnknownEventError,
     UnknownSessionError,
 )
-from turnlog.store.events import CURRENT_VERSIONS, upcast
 from turnlog.store.rows import (
-    BlobDecodeError,
-    decode_blob,
-    fork_parent,
+    blob_from_row,
+    event_ref,
     gc_paused,
+    lineage_from,
+    origin_item,
     select_records,
+    the_event,
     undecodable_row,
 )
 from turnlog.store.sqlite_connection import translate
@@ -101,7 +98,7 @@ class ReadingStore(TokenCountingStore):
         if newest is not None:
             rows.reverse()
         with gc_paused():  # many objects that all survive (see records_from_rows)
-            return [_origin_item(row) for row in rows]
+            return [origin_item(row) for row in rows]
 
     def version_at(self, session_id: str, position: int) -> int:
         """The session's last version at or before a global position (0 if none)."""
@@ -165,9 +162,7 @@ class ReadingStore(TokenCountingStore):
     def find_event(self, session_id: str, ref: str) -> RecordedEvent:
         """An event of the session by its id or a unique prefix of it (at least 6 characters, as
         `turnlog log` shows them). Raises UnknownEventError naming the problem."""
-        ref = ref.strip()
-        if len(ref) < 6:
-            raise UnknownEventError(f"event id {ref!r} is too short: give at least 6 characters")
+        ref = event_ref(ref)
         rows: list[RecordedEvent] = []
         with self.reading() as conn:
             segments = lineage_of(conn, session_id, self._lineages)
@@ -185,14 +180,7 @@ class ReadingStore(TokenCountingStore):
                         "AND substr(e.event_id, 1, ?) = ? LIMIT 3",
                         (sid, lo, hi, len(ref), ref),
                     )
-        if not rows:
-            raise UnknownEventError(
-                f"no event {ref!r} in session {session_id!r}; `turnlog log {session_id}` shows the ids"
-            )
-        if len(rows) > 1:
-            ids = ", ".join(r.event_id[:16] for r in rows)
-            raise UnknownEventError(f"event id prefix {ref!r} is ambiguous ({ids}, ...): give more of it")
-        return rows[0]
+        return the_event(session_id, ref, rows)
 
     def head_version(self, session_id: str) -> int:
         with self._lock, translate(self.path):
@@ -228,17 +216,7 @@ class ReadingStore(TokenCountingStore):
             row = self.conn.execute(
                 "SELECT id, size, codec, data FROM blobs WHERE id = ?", (blob_id,)
             ).fetchone()
-        if row is None:
-            raise UnknownArtifactError(
-                f"no artifact with id {blob_id!r}; `turnlog artifacts SESSION` lists them"
-            )
-        try:
-            text = decode_blob(row[2], row[3]).decode("utf-8")
-        except (BlobDecodeError, UnicodeDecodeError) as exc:
-            raise CorruptStoreError(
-                f"artifact {blob_id} cannot be read: {exc}; run `turnlog verify`"
-            ) from exc
-        return Blob(row[0], row[1], text)
+        return blob_from_row(blob_id, row)
 
     def count_events(self) -> int:
         """The number of events in the store."""
@@ -277,24 +255,6 @@ def _origin_rows(conn: sqlite3.Connection, order: str, params: Sequence[Any]) ->
         raise undecodable_row(conn, where, params[:3]) from exc
 
 
-def _origin_item(row: Sequence[Any]) -> OriginItem:
-    position, version, etype, schema_version, payload = row
-    if '"origin"' not in payload:  # no origin field: nothing to parse
-        return OriginItem(position, version, etype, None, None)
-    try:
-        body = from_json(payload)  # pydantic-core's parser: about 3x json.loads
-        if schema_version != CURRENT_VERSIONS.get(etype, schema_version):
-            body = upcast(etype, schema_version, body)
-        origin = body.get("origin")
-        if origin is None:
-            return OriginItem(position, version, etype, None, None)
-        return OriginItem(position, version, etype, str(origin["framework"]), origin.get("item"))
-    except Exception as exc:  # RecursionError too: never more than this row is lost
-        raise CorruptStoreError(
-            f"position {position}: stored {etype} event cannot be read: {exc}; run `turnlog verify`"
-        ) from exc
-
-
 def records_between(
     conn: sqlite3.Connection, after: int, through: int, types: Sequence[str] | None = None
 ) -> list[RecordedEvent]:
@@ -314,23 +274,14 @@ def lineage_of(
     conn: sqlite3.Connection, session_id: str, cache: dict[str, list[tuple[str, int, int]]]
 ) -> list[tuple[str, int, int]]:
     """(session, first version, last version) segments of a session's history, oldest first."""
-    found = cache.get(session_id)
-    if found is not None:
-        return found
-    row = conn.execute(
-        "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (session_id,)
-    ).fetchone()
-    parent = fork_parent(row[1], session_id) if row and row[0] == "session_started" else None
-    if not parent:
-        segments = [(session_id, 1, 2**62)]
-    else:
-        parent_id, upto = parent
-        prefix = lineage_of(conn, parent_id, cache)
-        segments = [(sid, lo, min(hi, upto)) for sid, lo, hi in prefix if lo <= upto]
-        segments.append((session_id, upto + 1, 2**62))
-    if row is not None:  # the facts of an existing session never change
-        cache[session_id] = segments
-    return segments
+
+    def first_row(sid: str) -> tuple[str, str] | None:
+        row = conn.execute(
+            "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (sid,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    return lineage_from(first_row, session_id, cache)
 
 
 def position_of(conn: sqlite3.Connection, session_id: str, version: int) -> int | None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from turnlog.store.events import Event, SummaryRecorded
+from turnlog.store.append_rules import event_tokens
+from turnlog.store.events import Event
 from turnlog.store.readonly import fold_token_counts
 from turnlog.store.rows import select_decodable
 from turnlog.store.sqlite_connection import SQLiteBase, translate
-from turnlog.store.tokenizer import EXACT_COUNT_LIMIT, estimate_tokens
 
 
 class TokenCountingStore(SQLiteBase):
@@ -19,15 +19,7 @@ class TokenCountingStore(SQLiteBase):
     def count_event_tokens(self, event: Event) -> int:
         """The tokens an event adds, with this store's tokenizer: exact, except for content over
         EXACT_COUNT_LIMIT bytes, which is estimated from its size."""
-        if isinstance(event, SummaryRecorded):
-            return event.tokens  # checked against the tokenizer when it was appended
-        total = 0
-        for text in event.token_texts():
-            if len(text) * 4 > EXACT_COUNT_LIMIT and len(text.encode()) > EXACT_COUNT_LIMIT:
-                total += estimate_tokens(len(text.encode()))
-            else:
-                total += self.tokenizer.count(text)
-        return total
+        return event_tokens(self.tokenizer, event)
 
     def pending_token_counts(self) -> int:
         """How many events wait for their token count."""

@@ -8,7 +8,8 @@ import hashlib
 import json
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from turnlog.store.base import VerifyReport
 from turnlog.store.errors import CorruptStoreError
@@ -33,7 +34,7 @@ MAX_PROBLEMS = 100
 _EVENTS_ROW = re.compile(r"\brow (\d+) missing from index sqlite_autoindex_events_\d+")
 
 
-class _Findings:
+class Findings:
     """The problems found so far, and the positions they name."""
 
     def __init__(self, report: VerifyReport) -> None:
@@ -66,7 +67,7 @@ def verify_log(
 ) -> VerifyReport:
     """Check the log on ``conn`` inside the caller's read transaction. ``count`` is the store's token
     count of one event; ``counted_through`` the position up to which every count is filled in."""
-    findings = _Findings(VerifyReport())
+    findings = Findings(VerifyReport())
     _check_database(conn, findings, quick)
     _check_triggers(conn, findings)
     _check_events(conn, findings, count, tokenizer, counted_through)
@@ -74,7 +75,7 @@ def verify_log(
     return findings.finish()
 
 
-def _check_database(conn: sqlite3.Connection, findings: _Findings, quick: bool) -> None:
+def _check_database(conn: sqlite3.Connection, findings: Findings, quick: bool) -> None:
     pragma = "quick_check" if quick else "integrity_check"
     for (line,) in conn.execute(f"PRAGMA {pragma}(1000)"):
         if line == "ok":
@@ -85,7 +86,7 @@ def _check_database(conn: sqlite3.Connection, findings: _Findings, quick: bool) 
         findings.add(position, f"{where}SQLite {pragma}: {line}")
 
 
-def _check_triggers(conn: sqlite3.Connection, findings: _Findings) -> None:
+def _check_triggers(conn: sqlite3.Connection, findings: Findings) -> None:
     stored = dict(
         conn.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN ('events', 'blobs')"
@@ -104,17 +105,62 @@ def _normal(sql: str) -> str:
     return " ".join(sql.split()).rstrip(";").strip()
 
 
+class ChainCheck:
+    """The checks of the events, one row at a time in position order, the same on every backend:
+    gapless positions, the hash chain, session versions, each row decoded, and what was derived
+    from it (token counts, artifact ids and sizes)."""
+
+    def __init__(
+        self, findings: Findings, count: Callable[[Event], int], tokenizer: Tokenizer, counted_through: int
+    ) -> None:
+        self.findings = findings
+        self.count = count
+        self.tokenizer = tokenizer
+        self.counted_through = counted_through
+        self.expected_pos = 1
+        self.prev_hash = GENESIS_HASH
+        self.versions: dict[str, int] = {}
+        findings.report.head_hash = GENESIS_HASH
+
+    def row(self, row: Sequence[Any], tokens: int | None) -> None:
+        """One stored row in record_from_row's order (its tokens column apart)."""
+        findings = self.findings
+        findings.report.events += 1
+        pos, sid, version, event_id, etype, sv, payload, blob_id, _, at, prev, digest = row[:12]
+        if pos != self.expected_pos:
+            missing = f"{self.expected_pos}" + (f"-{pos - 1}" if pos - 1 > self.expected_pos else "")
+            findings.add(self.expected_pos, f"position {missing}: missing (rows were deleted)")
+        if prev != self.prev_hash:
+            findings.add(pos, f"position {pos}: prev_hash does not match the previous event")
+        if event_hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at) != digest:
+            findings.add(pos, f"position {pos}: content does not match its hash (tampered)")
+        expected_version = self.versions.get(sid)
+        if expected_version is None:
+            expected_version = _fork_version(etype, payload)
+        if version != expected_version + 1:
+            findings.add(pos, f"position {pos}: session {sid!r} version {version} out of order")
+        self.versions[sid] = version
+        self.prev_hash = digest
+        self.expected_pos = pos + 1
+        findings.report.head_hash = digest
+        try:
+            event = record_from_row(row, trusted=False).event
+        except CorruptStoreError as exc:
+            findings.add(pos, str(exc).removesuffix("; run `turnlog verify`"))
+            return
+        _check_derived(
+            findings, pos, event, tokens, blob_id, self.count, self.tokenizer, self.counted_through
+        )
+
+
 def _check_events(
     conn: sqlite3.Connection,
-    findings: _Findings,
+    findings: Findings,
     count: Callable[[Event], int],
     tokenizer: Tokenizer,
     counted_through: int,
 ) -> None:
-    report = findings.report
-    expected_pos = 1
-    prev_hash = GENESIS_HASH
-    versions: dict[str, int] = {}
+    check = ChainCheck(findings, count, tokenizer, counted_through)
     # Text read as bytes: a row that is not UTF-8 is reported, and the rows after it still checked.
     rows = conn.execute(
         f"SELECT e.position, e.version, e.schema_version, e.tokens, {TEXT_AS_BYTES}, "
@@ -122,7 +168,6 @@ def _check_events(
         "ORDER BY e.position"
     )
     for pos, version, sv, tokens, *raw in rows:
-        report.events += 1
         texts = dict(zip(TEXT_COLUMNS, raw[: len(TEXT_COLUMNS)], strict=True))
         codec, data = raw[len(TEXT_COLUMNS)], raw[len(TEXT_COLUMNS) + 1]
         decoded: dict[str, str | None] = {}
@@ -139,50 +184,31 @@ def _check_events(
             decoded[k] or "" for k in ("session_id", "event_id", "type", "payload")
         )
         blob_id, at, prev, digest = (decoded[k] for k in ("blob_id", "recorded_at", "prev_hash", "hash"))
-        at, prev, digest = at or "", prev or "", digest or ""
-        if pos != expected_pos:
-            missing = f"{expected_pos}" + (f"-{pos - 1}" if pos - 1 > expected_pos else "")
-            findings.add(expected_pos, f"position {missing}: missing (rows were deleted)")
-        if prev != prev_hash:
-            findings.add(pos, f"position {pos}: prev_hash does not match the previous event")
-        if event_hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at) != digest:
-            findings.add(pos, f"position {pos}: content does not match its hash (tampered)")
-        expected_version = versions.get(sid)
-        if expected_version is None:
-            expected_version = _fork_version(etype, payload)
-        if version != expected_version + 1:
-            findings.add(pos, f"position {pos}: session {sid!r} version {version} out of order")
-        versions[sid] = version
-        prev_hash = digest
-        expected_pos = pos + 1
         codec_text = bytes(codec).decode("utf-8", "replace") if codec is not None else None
-        row = (
-            pos,
-            sid,
-            version,
-            event_id,
-            etype,
-            sv,
-            payload,
-            blob_id,
-            None,
-            at,
-            prev,
-            digest,
-            codec_text,
-            data,
+        at, prev, digest = at or "", prev or "", digest or ""
+        check.row(
+            (
+                pos,
+                sid,
+                version,
+                event_id,
+                etype,
+                sv,
+                payload,
+                blob_id,
+                None,
+                at,
+                prev,
+                digest,
+                codec_text,
+                data,
+            ),
+            tokens,
         )
-        try:
-            event = record_from_row(row, trusted=False).event
-        except CorruptStoreError as exc:
-            findings.add(pos, str(exc).removesuffix("; run `turnlog verify`"))
-            continue
-        _check_derived(findings, pos, event, tokens, blob_id, count, tokenizer, counted_through)
-    report.head_hash = prev_hash
 
 
 def _check_derived(
-    findings: _Findings,
+    findings: Findings,
     pos: int,
     event: Event,
     tokens: int | None,
@@ -220,16 +246,12 @@ def _check_derived(
                 findings.add(pos, f"position {pos}: size {event.size}, but the content has {size} bytes")
 
 
-def _check_blobs(conn: sqlite3.Connection, findings: _Findings) -> None:
+def _check_blobs(conn: sqlite3.Connection, findings: Findings) -> None:
     for blob_id, size, codec, data in conn.execute(
         "SELECT CAST(id AS BLOB), size, CAST(codec AS BLOB), data FROM blobs"
     ):
         name = bytes(blob_id).decode("utf-8", "replace")
-        try:
-            raw = decode_blob(bytes(codec).decode("utf-8", "replace"), data)
-        except BlobDecodeError:
-            raw = b""
-        if hashlib.sha256(raw).hexdigest() != name or len(raw) != size:
+        if not blob_matches(name, size, bytes(codec).decode("utf-8", "replace"), data):
             where = conn.execute("SELECT min(position) FROM events WHERE blob_id = ?", (name,)).fetchone()[0]
             findings.add(where, f"blob {name[:12]}…: content does not match its sha256 (or its size)")
     for (pos,) in conn.execute(
@@ -237,6 +259,15 @@ def _check_blobs(conn: sqlite3.Connection, findings: _Findings) -> None:
         "WHERE e.blob_id IS NOT NULL AND b.id IS NULL"
     ):
         findings.add(pos, f"position {pos}: its content blob is missing")
+
+
+def blob_matches(blob_id: str, size: int, codec: str, data: bytes) -> bool:
+    """Whether a stored blob decodes to content of its sha256 id and size."""
+    try:
+        raw = decode_blob(codec, data)
+    except BlobDecodeError:
+        raw = b""
+    return hashlib.sha256(raw).hexdigest() == blob_id and len(raw) == size
 
 
 def _fork_version(event_type: str, payload: str) -> int:

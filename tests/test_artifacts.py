@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import turnlog.store.sqlite_tokens
+import turnlog.store.append_rules
 import turnlog.store.tokenizer
 from tests.store_contract import EVENT_STRATEGIES
 from turnlog.projections.artifacts import (
@@ -134,7 +134,7 @@ def test_same_content_written_twice_is_listed_twice_with_one_id(db: SQLiteStore)
 def test_large_content_tokens_are_marked_estimated(db: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # The store reads its imported name, the projection reads the tokenizer module's: patch both.
     monkeypatch.setattr(turnlog.store.tokenizer, "EXACT_COUNT_LIMIT", 2000)
-    monkeypatch.setattr(turnlog.store.sqlite_tokens, "EXACT_COUNT_LIMIT", 2000)
+    monkeypatch.setattr(turnlog.store.append_rules, "EXACT_COUNT_LIMIT", 2000)
     small = "word " * 300  # 1,500 bytes: still counted
     large = "word " * 700  # 3,500 bytes: estimated from its size
     db.append(

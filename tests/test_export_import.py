@@ -845,7 +845,7 @@ def test_ids_stored_in_another_session_are_refused_before_writing(store: SQLiteS
 def test_a_session_larger_than_the_batch_limit_is_one_append(
     store: SQLiteStore, other: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import turnlog.store.sqlite_append as backend
+    import turnlog.store.append_rules as backend
 
     sized_session(store, "big", 40)
     monkeypatch.setattr(backend, "MAX_BATCH", 10)

@@ -3,8 +3,6 @@ what only SQLite has (triggers, VACUUM, tamper evidence, opening foreign or newe
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sqlite3
 import zlib
 from collections.abc import Callable, Iterator
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 import zstandard
 
+from tests.helpers.driver_guard import guard, public_methods
 from tests.store_contract import StoreContract, example_events, msg, sha256, snapshot
 from turnlog.store import (
     INLINE_LIMIT,
@@ -67,47 +66,14 @@ _RAW = {"conn", "atomic", "reading", "sqlite_utils_db"}
 
 
 def _public_methods() -> list[str]:
-    # The class is assembled from layers (store.sqlite_*): every one of them counts.
-    layers = [cls for cls in SQLiteStore.__mro__ if cls.__module__.startswith("turnlog.store.sqlite")]
-    names = {
-        name
-        for layer in layers
-        for name, value in vars(layer).items()
-        if not name.startswith("_") and name not in _RAW and isinstance(value, (classmethod, Callable))
-    }
-    return [*sorted(names), "__enter__", "__exit__"]
-
-
-def _guarded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    def check(exc: BaseException) -> None:
-        pytest.fail(f"SQLiteStore.{name} let a driver error escape: {exc!r}")
-
-    def iterate(iterator: Iterator[Any]) -> Iterator[Any]:
-        try:
-            yield from iterator
-        except sqlite3.Error as exc:
-            check(exc)
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except sqlite3.Error as exc:
-            check(exc)
-        return iterate(result) if inspect.isgenerator(result) else result
-
-    return wrapper
+    # The class is assembled from layers (store.sqlite_*, and the shared append): every one counts.
+    return public_methods(SQLiteStore, ("turnlog.store.sqlite", "turnlog.store.appender"), _RAW)
 
 
 @pytest.fixture(autouse=True)
 def _no_sqlite3_errors_escape(monkeypatch: pytest.MonkeyPatch) -> None:
     """In every test of this module, a sqlite3 exception out of a public store method fails the test."""
-    for name in _public_methods():
-        value = inspect.getattr_static(SQLiteStore, name)
-        if isinstance(value, classmethod):
-            monkeypatch.setattr(SQLiteStore, name, classmethod(_guarded(name, value.__func__)))
-        else:
-            monkeypatch.setattr(SQLiteStore, name, _guarded(name, getattr(SQLiteStore, name)))
+    guard(monkeypatch, SQLiteStore, _public_methods(), sqlite3.Error)
 
 
 def test_the_guard_covers_the_public_methods() -> None:
@@ -619,7 +585,7 @@ def test_only_large_blobs_are_compressed(file_store: SQLiteStore) -> None:
 def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import turnlog.store.sqlite_append as append_module
+    import turnlog.store.append_rules as append_module
     import turnlog.store.sqlite_connection as connection_module
     from turnlog.store.schema import MIGRATIONS
 
@@ -627,7 +593,6 @@ def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     old_codec = ("zlib", lambda data: zlib.compress(data, 1))
     with monkeypatch.context() as old:
         old.setattr(connection_module, "MIGRATIONS", MIGRATIONS[:1])
-        old.setattr(connection_module, "LATEST_VERSION", 1)
         old.setattr(append_module, "_encode_blob", lambda data: (old_codec[0], old_codec[1](data)))
         with SQLiteStore.open(path) as s:
             large = "a line of a long tool output\n" * 4000

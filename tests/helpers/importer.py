@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import turnlog.store.sqlite_append
+import turnlog.store.append_rules
 from turnlog.importers import import_file
 from turnlog.store import SQLiteStore
 
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, required=True)
     parser.add_argument("--kill-in", type=int, required=True)
     args = parser.parse_args()
-    turnlog.store.sqlite_append.MAX_BATCH = args.max_batch
+    turnlog.store.append_rules.MAX_BATCH = args.max_batch
     original = SQLiteStore._append_locked
     calls = 0
 

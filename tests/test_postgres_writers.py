@@ -1,0 +1,270 @@
+"""Many writer processes on one PostgreSQL store: gapless positions, every acknowledged batch stored
+exactly once and whole, verify passing; SIGKILL of writers mid-append loses no acknowledged event;
+a writer whose connection the server terminates mid-append gets one clear StoreError and leaves no
+partial batch.
+
+Writers are real processes (tests/helpers/pg_writer.py) that write each acknowledged batch to a
+side file after ``append`` returns, as tests/test_crash.py does for SQLite."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.postgres import pg_schema, pg_url
+from tests.store_contract import msg, snapshot
+from turnlog.store import MessageAppended, StoreError
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")
+
+import psycopg
+
+from turnlog.store.postgres import PostgresStore
+
+__all__ = ["pg_schema"]  # the fixture, imported for this module's tests
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WRITER = Path(__file__).resolve().parent / "helpers" / "pg_writer.py"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _start(
+    schema: str, writer: int, session: str, batches: int, side: Path, size: int = 1, fsync: bool = False
+):  # type: ignore[no-untyped-def]
+    args = [
+        sys.executable, str(WRITER), "--url", pg_url(), "--schema", schema, "--writer", str(writer),
+        "--session", session, "--batches", str(batches), "--size", str(size), "--side", str(side),
+    ]  # fmt: skip
+    if fsync:
+        args.append("--fsync")
+    return subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _acknowledged(side: Path) -> list[str]:
+    """The batch ids of the complete lines of a side file (a line cut by a kill was never acked)."""
+    if not side.exists():
+        return []
+    return [line.split()[0] for line in side.read_text(encoding="utf-8").split("\n")[:-1] if line]
+
+
+def _check_store(store: PostgresStore, acked: list[str], size: int) -> dict[str, int]:
+    """Positions gapless, no event twice, every batch whole, every acknowledged batch stored, verify
+    passing. Returns the number of events of each stored batch."""
+    records = list(store.iter_after(0))
+    assert [r.position for r in records] == list(range(1, len(records) + 1))
+    ids = [r.event_id for r in records]
+    assert len(set(ids)) == len(ids)
+    batches = Counter(event_id.rsplit("-", 1)[0] for event_id in ids)
+    assert set(batches.values()) <= {size}, "a batch was stored in part"
+    missing = set(acked) - set(batches)
+    assert not missing, f"acknowledged batches lost: {sorted(missing)[:5]}"
+    report = store.verify()
+    assert report.ok, report.problems
+    return dict(batches)
+
+
+def _finish(procs: list[subprocess.Popen[str]]) -> list[float]:
+    """Wait for the writers; each must succeed. Returns each one's append time in seconds."""
+    times = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        last = out.strip().splitlines()[-1]
+        print(last)
+        times.append(float(last.split()[4]))
+    return times
+
+
+@pytest.fixture
+def created(pg_schema: str) -> str:
+    """A schema holding an empty store (made before the writers start, so they race on appends)."""
+    PostgresStore.open(pg_url(), schema=pg_schema).close()
+    return pg_schema
+
+
+Start = Callable[..., subprocess.Popen[str]]
+
+
+@pytest.fixture
+def writers(created: str, tmp_path: Path) -> Iterator[tuple[Start, Callable[[int], Path]]]:
+    """Start writer processes on the store in ``created`` (writer n acknowledges in side(n)); any
+    still running after the test is killed before its schema is dropped."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def side(writer: int) -> Path:
+        return tmp_path / f"w{writer}.txt"
+
+    def start(
+        writer: int, session: str, batches: int, size: int = 1, fsync: bool = False
+    ) -> subprocess.Popen[str]:
+        procs.append(_start(created, writer, session, batches, side(writer), size, fsync))
+        return procs[-1]
+
+    yield start, side
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_eight_writers_on_one_session_with_expected_version_retries(
+    created: str, writers: tuple[Start, Callable[[int], Path]]
+) -> None:
+    start, side = writers
+    sides = [side(n) for n in range(8)]
+    procs = [start(n, "shared", 500) for n in range(8)]
+    seconds = _finish(procs)
+    acked = [batch for side in sides for batch in _acknowledged(side)]
+    assert len(acked) == 4000
+    with PostgresStore.open(pg_url(), schema=created) as store:
+        stored = _check_store(store, acked, 1)
+        assert len(stored) == 4000
+        assert store.head_version("shared") == 4000
+        versions = [r.version for r in store.read_session("shared")]
+        assert versions == list(range(1, 4001))
+    print(f"8 writers x 500 on one session: {4000 / max(seconds):.0f} appends/s in aggregate")
+
+
+def test_eight_writers_on_eight_sessions(created: str, writers: tuple[Start, Callable[[int], Path]]) -> None:
+    start, side = writers
+    sides = [side(n) for n in range(8)]
+    procs = [start(n, f"own-{n}", 500, size=2) for n in range(8)]
+    seconds = _finish(procs)
+    acked = [batch for side in sides for batch in _acknowledged(side)]
+    with PostgresStore.open(pg_url(), schema=created) as store:
+        assert len(_check_store(store, acked, 2)) == 4000
+        assert {s.session_id: s.head_version for s in store.sessions()} == {
+            f"own-{n}": 1000 for n in range(8)
+        }
+    print(f"8 writers x 500 batches of 2 on 8 sessions: {4000 / max(seconds):.0f} appends/s in aggregate")
+
+
+def test_sigkill_of_writers_mid_append_loses_no_acknowledged_event(
+    created: str, writers: tuple[Start, Callable[[int], Path]]
+) -> None:
+    rng = random.Random(17)
+    start, side = writers
+    sides = [side(n) for n in range(4)]
+    procs = [start(n, f"s{n}", 5000, size=3, fsync=True) for n in range(4)]
+    deadline = time.monotonic() + 30
+    while min(len(_acknowledged(side)) for side in sides) < 5:
+        assert time.monotonic() < deadline, "writers acknowledged nothing"
+        assert all(p.poll() is None for p in procs), [
+            p.communicate()[1][-2000:] for p in procs if p.poll() is not None
+        ]
+        time.sleep(0.05)
+    for proc in procs:
+        time.sleep(rng.uniform(0.0, 0.2))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+    acked = [batch for side in sides for batch in _acknowledged(side)]
+    with PostgresStore.open(pg_url(), schema=created) as store:
+        stored = _check_store(store, acked, 3)
+        assert len(stored) >= len(acked)
+        store.append("s0", [msg("after the kills")])  # the store keeps working
+        assert store.verify().ok
+
+
+def _wait_for_lock_waiter(conn: psycopg.Connection, key: int) -> int:
+    """The pid of the backend waiting for the store's advisory lock (the append in progress)."""
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key shows as classid (high half), objid (low)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1",
+            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+        ).fetchone()
+        if row:
+            return int(row[0])
+        time.sleep(0.01)
+    raise AssertionError("the append never waited for the lock")
+
+
+def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(pg_schema: str) -> None:
+    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=1) as store:
+        store.append("s", [msg("before")])
+        before = snapshot(store)
+        batch = [MessageAppended(role="user", content=f"m{i}") for i in range(50)]
+        outcome: list[BaseException | None] = []
+
+        def append() -> None:
+            try:
+                store.append("s", batch)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        # Another session holds the store's lock, so the append waits inside its transaction
+        # (its BEGIN sent): the moment a server-side failure can leave a partial batch, if anything can.
+        with psycopg.connect(pg_url(), autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
+            thread = threading.Thread(target=append)
+            thread.start()
+            pid = _wait_for_lock_waiter(other, store.lock_key)
+            assert other.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+            thread.join(timeout=20)
+            other.execute("SELECT pg_advisory_unlock(%s)", (store.lock_key,))
+        (error,) = outcome
+        assert isinstance(error, StoreError), repr(error)
+        text = str(error)
+        assert "\n" not in text
+        assert (
+            text.startswith(f"PostgreSQL at 127.0.0.1:5432/test (schema {pg_schema})")
+            or "PostgreSQL at" in text
+        )
+        assert "connection to the server failed or was lost" in text
+        assert "nothing of the batch was stored; retry it" in text
+        assert snapshot(store) == before
+        # The pool replaced the connection: the same batch, retried, is stored once and whole.
+        records = store.append("s", batch)
+        assert [r.version for r in records] == list(range(2, 52))
+        assert store.append("s", batch) == records
+        assert store.verify().ok
+
+
+def test_a_connection_ended_while_idle_in_the_pool_is_replaced(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnlog.store import pg_connection
+
+    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=1) as store:
+        store.append("s", [msg("one")])
+
+        def end_the_pooled_connection() -> None:
+            with store.connection() as conn:
+                pid = conn.info.backend_pid
+            with psycopg.connect(pg_url(), autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                while other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                    time.sleep(0.01)
+
+        # Used a moment ago, it is handed out unchecked: its loss is one clear line, and the next
+        # call gets a new connection.
+        end_the_pooled_connection()
+        with pytest.raises(StoreError) as caught:
+            store.head_position()
+        assert "connection to the server failed or was lost" in str(caught.value)
+        assert "\n" not in str(caught.value)
+        assert store.head_position() == 1
+        # Idle past CHECK_AFTER_IDLE, it is checked first and replaced: the caller sees nothing.
+        monkeypatch.setattr(pg_connection, "CHECK_AFTER_IDLE", 0.0)
+        end_the_pooled_connection()
+        assert store.head_position() == 1
+        assert store.read_session("s")[0].event.content == "one"  # type: ignore[union-attr]
