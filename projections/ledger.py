@@ -315,7 +315,8 @@ def audit(
             found = {
                 category: _sent_only(category, tokens, contexts)
                 for category, contexts, tokens in conn.execute(
-                    f"SELECT category, sum(contexts), sum(tokens) FROM ledger_sent {where} GROUP BY category",
+                    "SELECT category, CAST(sum(contexts) AS BIGINT), CAST(sum(tokens) AS BIGINT) "
+                    f"FROM ledger_sent {where} GROUP BY category",
                     params,
                 )
             }
@@ -354,8 +355,10 @@ def _gather(
     usage: dict[str | None, list[int]] = {}
     costs: dict[str | None, float | None] = {}
     for key, model, *sums in conn.execute(
-        f"SELECT {group}, model, {', '.join(f'sum({c})' for c in _USAGE_SUMS)} FROM ledger_usage "
-        f"{where} GROUP BY {group}, model",
+        # Sums cast back to integers: PostgreSQL sums bigints as numeric.
+        f"SELECT {group}, model, {', '.join(f'CAST(sum({c}) AS BIGINT)' for c in _USAGE_SUMS)} "
+        "FROM ledger_usage "
+        f"{where} GROUP BY 1, 2",  # by position: the key may be the constant NULL (no dimension)
         params,
     ):
         key = key or None
@@ -373,13 +376,14 @@ def _gather(
     appended: dict[str | None, int] = {}
     if dimension != "model" and not billed_only:  # appended events have no model
         for key, tokens in conn.execute(
-            f"SELECT {group}, sum(tokens) FROM ledger_appended {where} GROUP BY {group}", params
+            f"SELECT {group}, CAST(sum(tokens) AS BIGINT) FROM ledger_appended {where} GROUP BY 1", params
         ):
             appended[key or None] = tokens
     sent: dict[str | None, list[int]] = {}
     if not billed_only:
         for key, contexts, tokens in conn.execute(
-            f"SELECT {group}, sum(contexts), sum(tokens) FROM ledger_contexts {where} GROUP BY {group}",
+            f"SELECT {group}, CAST(sum(contexts) AS BIGINT), CAST(sum(tokens) AS BIGINT) "
+            f"FROM ledger_contexts {where} GROUP BY 1",
             params,
         ):
             sent[key or None] = [contexts, tokens]
@@ -448,7 +452,8 @@ def _upsert(
     conn.executemany(
         f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
-        + ", ".join(f"{name} = {name} + excluded.{name}" for name in sums),
+        # The target's column named with its table: PostgreSQL finds a bare name ambiguous here.
+        + ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in sums),
         [(*key, *values) for key, values in rows.items()],
     )
 

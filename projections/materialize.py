@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
 from turnlog.store.dialect import Connection, dialect_of
-from turnlog.store.sqlite import counted_through, position_of, records_between, write_token_counts
+from turnlog.store.log_ops import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
@@ -99,7 +99,7 @@ class Materializer:
                     for table in projection.tables:
                         conn.execute(f"DROP TABLE IF EXISTS {table}")
                     conn.execute("DELETE FROM projection_checkpoints WHERE name = ?", (projection.name,))
-                projection.create(conn)
+                projection.create(conn, dialect.main)
         self._ready = True
 
     def checkpoint(self, projection: Projection) -> int:

@@ -257,7 +257,7 @@ def _live_counts(conn: Connection, row: tuple[Any, ...], at: int) -> tuple[Any, 
     roles = {"system": 1, "user": 2, "assistant": 3, "tool": 5}
     for lo, hi in dead:
         for role, n, calls in conn.execute(
-            "SELECT role, count(*), sum(n_calls) FROM ctx_messages WHERE session_id = ? "
+            "SELECT role, count(*), CAST(sum(n_calls) AS BIGINT) FROM ctx_messages WHERE session_id = ? "
             "AND version BETWEEN ? AND ? GROUP BY role",
             (sid, lo, hi),
         ):

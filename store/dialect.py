@@ -125,6 +125,8 @@ class PostgresDialect(_Neutral):
         """The schema of the store's own tables."""
 
     def _table(self, statement: str) -> str:
+        # Text compares and sorts by code point, as on SQLite, whatever the database's locale.
+        statement = re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', statement)
         statement = re.sub(r"\bINTEGER\b", "BIGINT", statement)
         statement = re.sub(r"\bBLOB\b", "BYTEA", statement)
         return re.sub(r"\bREAL\b", "DOUBLE PRECISION", statement)

@@ -79,6 +79,13 @@ class _Lookup:
 class PgAppendingStore(BatchAppender, PgReadingStore):
     """The appends to the log."""
 
+    def has_within_hooks(self) -> bool:
+        """Whether hooks run inside the append's transaction (store.pg_storage)."""
+        return False
+
+    def run_within(self, conn: Connection, records: list[RecordedEvent]) -> None:
+        """Run them (store.pg_storage)."""
+
     def _store_name(self) -> str:
         return self.where
 
@@ -138,11 +145,25 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     )
                 # The inserts and the commit in one round trip: from here on, a lost connection
                 # leaves the outcome unknown (whole or nothing), and the message says so.
-                committing = True
+                within = self.has_within_hooks()
+                if not within:
+                    committing = True
                 with conn.pipeline(), conn.cursor() as insert:
                     if batch.blobs:
                         insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
                     insert.executemany(_INSERT_EVENT, batch.rows)
+                    if not within:
+                        conn.execute("COMMIT")
+                if within:
+                    # The projections' rows in the same transaction (one commit), in a savepoint:
+                    # a failure there leaves the events to commit alone; the catch-up redoes it.
+                    conn.execute("SAVEPOINT turnlog_within")
+                    try:
+                        self.run_within(conn, batch.records)
+                    except Exception:
+                        conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
+                    conn.execute("RELEASE SAVEPOINT turnlog_within")
+                    committing = True
                     conn.execute("COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:

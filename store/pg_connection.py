@@ -58,6 +58,8 @@ class PostgresBase(EventStore):
     ) -> None:
         self._pool: ConnectionPool[Connection] | None = pool
         self.where = where
+        self.path = where
+        """Where the store is, as :class:`Store` names it (the server and schema, never the password)."""
         """The server and schema, for messages (never the password)."""
         self.schema = schema
         self.tokenizer = tokenizer
@@ -157,7 +159,7 @@ class PostgresBase(EventStore):
                 _LAST_USED[conn] = time.monotonic()
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[Connection]:
+    def snapshot(self) -> Iterator[Connection]:
         """A consistent read (one snapshot) across several statements."""
         with self.connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")

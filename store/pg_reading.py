@@ -65,7 +65,7 @@ class PgReadingStore(PostgresBase):
 
     def lineage(self, session_id: str) -> Segments:
         """The session's history as (session id, first version, last version) segments."""
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             return pg_lineage(conn, session_id, self._lineages)
 
     def _segments_read(
@@ -76,7 +76,7 @@ class PgReadingStore(PostgresBase):
         found: list[RecordedEvent] = []
         if _absent(session_id):
             return found
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             segments = pg_lineage(conn, session_id, self._lineages)
             for sid, lo, hi in segments[-1:] if own else segments:
                 found += select_records(conn, where, (sid, lo, hi, *extra))
@@ -108,7 +108,7 @@ class PgReadingStore(PostgresBase):
     def first_event(self, session_id: str) -> RecordedEvent | None:
         if _absent(session_id):
             return None
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             rows = select_records(conn, "WHERE e.session_id = %s ORDER BY e.version LIMIT 1", (session_id,))
         return rows[0] if rows else None
 
@@ -122,7 +122,7 @@ class PgReadingStore(PostgresBase):
         rows: list[Any] = []
         if _absent(session_id):
             return []
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             segments = pg_lineage(conn, session_id, self._lineages)
             for sid, lo, hi in segments if newest is None else reversed(segments):
                 if newest is None:
@@ -155,7 +155,7 @@ class PgReadingStore(PostgresBase):
         limit = min(limit, _NO_LIMIT)
         if _absent(session_id):
             return rows
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             for sid, lo, hi in reversed(pg_lineage(conn, session_id, self._lineages)):
                 if len(rows) >= limit:
                     break
@@ -254,7 +254,7 @@ class PgReadingStore(PostgresBase):
         positions, that every row decodes, every stored token count, and the content blobs.
         (``quick`` changes nothing here: PostgreSQL has no faster whole-database check to choose.)"""
         findings = Findings(VerifyReport())
-        with self.reading() as conn:
+        with self.snapshot() as conn:
             self._check_triggers(conn, findings)
             check = ChainCheck(findings, self.count_event_tokens, self.tokenizer, _NO_LIMIT)
             with conn.cursor(name="turnlog_verify_events") as cursor:

@@ -9,12 +9,34 @@ is imported only here, in store/: install the ``postgres`` extra."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from turnlog.store.base import ANY, Expected, RecordedEvent, Store
+from turnlog.store.errors import StoreError
 from turnlog.store.pg_append import PgAppendingStore
 from turnlog.store.pg_connection import describe_server
 from turnlog.store.pg_schema import LATEST_VERSION
+from turnlog.store.pg_storage import PgProjectionStorage
 
 __all__ = ["LATEST_VERSION", "PostgresStore", "describe_server"]
 
 
-class PostgresStore(PgAppendingStore):
-    """The event log in one PostgreSQL schema. Open it with :meth:`open`."""
+class PostgresStore(PgProjectionStorage, PgAppendingStore, Store):
+    """The event log in one PostgreSQL schema, and the projections' tables beside it. Open it with
+    :meth:`open`."""
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[Any],
+        *,
+        expected_version: Expected = ANY,
+        recorded_at: Sequence[str] | None = None,
+        bounded: bool = True,
+    ) -> list[RecordedEvent]:
+        if self.refuse_appends:
+            raise StoreError(f"{self.where} is open read-only; open it without readonly=True to append")
+        return super().append(
+            session_id, events, expected_version=expected_version, recorded_at=recorded_at, bounded=bounded
+        )

@@ -44,8 +44,9 @@ def test_postgres_rendering() -> None:
     table, index, loose = dialect.render(DDL, "tl")
     assert table.startswith("CREATE TABLE IF NOT EXISTS tl.things (") and "STRICT" not in table
     assert "n BIGINT NOT NULL" in table and "data BYTEA" in table and "score DOUBLE PRECISION" in table
+    assert 'session_id TEXT COLLATE "C" NOT NULL' in table
     assert index == "CREATE INDEX IF NOT EXISTS things_by_n ON tl.things (n) WHERE n > 0"
-    assert loose == "CREATE TABLE IF NOT EXISTS tl.loose (a TEXT)" and dialect.hint("x") == ""
+    assert loose == 'CREATE TABLE IF NOT EXISTS tl.loose (a TEXT COLLATE "C")' and dialect.hint("x") == ""
 
 
 def test_every_projection_is_written_in_the_neutral_form() -> None:

@@ -28,9 +28,10 @@ from turnlog.importers import (
 )
 from turnlog.projections.registry import keep_caught_up
 from turnlog.recorder import SessionRecorder, session
-from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names, Store
+from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
 from turnlog.store import __all__ as _store_all
 from turnlog.store.base import Store
+from turnlog.store.errors import StoreError
 from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 
 if TYPE_CHECKING:
@@ -82,23 +83,57 @@ def open_store(
     token_counting: TokenCounting = "deferred",
     readonly: bool = False,
 ) -> Store:
-    """Open (or create) the store at ``path``; see :meth:`store.SQLiteStore.open`.
+    """Open (or create) the store at ``path``: a SQLite file, or a PostgreSQL URL
+    (``postgresql://USER@HOST:PORT/DBNAME``, the store in schema ``turnlog``, or the one a
+    ``?schema=NAME`` parameter names; needs the ``postgres`` extra). See
+    :meth:`turnlog.store.SQLiteStore.open` and ``turnlog.store.postgres.PostgresStore.open``.
 
     Every append to the store returned then advances its token counts and materialized projections
     in its own transaction (one commit; when they are behind, right after it), so reads find them
-    caught up. ``readonly=True`` opens an existing store
-    for reading only: it never writes to the file and never waits for a writer; what writers have
-    not materialized yet is folded in memory for its reads."""
-    store = SQLiteStore.open(
-        path,
-        tokenizer=tokenizer,
-        create=create,
-        synchronous=synchronous,
-        token_counting=token_counting,
-        readonly=readonly,
-    )
+    caught up. ``readonly=True`` opens an existing store for reading only: appends are refused; a
+    SQLite file is never written to and never waited for (what writers have not materialized yet is
+    folded in memory for its reads)."""
+    store: Store
+    if is_postgres_url(path):
+        store = _open_postgres(str(path), tokenizer=tokenizer, create=create and not readonly)
+        store.refuse_appends = readonly  # type: ignore[attr-defined]
+    else:
+        store = SQLiteStore.open(
+            path,
+            tokenizer=tokenizer,
+            create=create,
+            synchronous=synchronous,
+            token_counting=token_counting,
+            readonly=readonly,
+        )
     keep_caught_up(store)
     return store
+
+
+def is_postgres_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a PostgreSQL store rather than a SQLite file."""
+    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+def _open_postgres(url: str, *, tokenizer: str | None, create: bool) -> Store:
+    try:
+        from turnlog.store.postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreError(
+            "a PostgreSQL store needs the postgres extra, which is not installed: "
+            "pip install 'turnlog[postgres]'"
+        ) from exc
+    base, _, query = url.partition("?")
+    schema = "turnlog"
+    kept = []
+    for part in filter(None, query.split("&")):
+        key, _, value = part.partition("=")
+        if key == "schema":
+            schema = value
+        else:
+            kept.append(part)
+    target = base + ("?" + "&".join(kept) if kept else "")
+    return PostgresStore.open(target, schema=schema, create=create, tokenizer=tokenizer)
 
 
 __all__ = [
