@@ -46,6 +46,12 @@ def qmark(sql: str) -> str:
     return "".join(out)
 
 
+def _params(params: Sequence[Any]) -> tuple[Any, ...]:
+    """Parameters as PostgreSQL text takes them: it cannot hold NUL, so a projection row (derived,
+    shown to people) holds U+FFFD where the event's text has one; the log keeps the exact text."""
+    return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+
+
 class QmarkConnection:
     """A psycopg connection behind the calls projections make (``execute``, ``executemany``,
     ``fetchone``/``fetchall`` on what they return), with ``?`` placeholders."""
@@ -57,10 +63,10 @@ class QmarkConnection:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         # Without parameters psycopg sends the text as it is: a doubled % would stay doubled.
-        return self._conn.execute(qmark(sql), tuple(params)) if params else self._conn.execute(sql)
+        return self._conn.execute(qmark(sql), _params(params)) if params else self._conn.execute(sql)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
-        rows = [tuple(row) for row in rows]
+        rows = [_params(row) for row in rows]
         cursor = self._conn.cursor()
         if rows:
             cursor.executemany(qmark(sql), rows)

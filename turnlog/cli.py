@@ -11,7 +11,10 @@ import click
 
 # Every command module registers its commands on `cli` when imported: this is the one module that
 # imports them all (the console script's entry point).
-from turnlog import commands  # noqa: F401
+from turnlog import (
+    commands,  # noqa: F401
+    is_postgres_url,
+)
 from turnlog.checks import verify_all
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.commands.io import _ProgressBar
@@ -37,19 +40,20 @@ def init(ctx: _Context, tokenizer: str | None, as_json: bool) -> None:
     Example:
       turnlog --db agent.db init
     """
+    server = is_postgres_url(ctx.db)
     existed = os.path.exists(ctx.db)
     with ctx.open(create=True, tokenizer=tokenizer) as store:
         data = {
-            "path": ctx.db,
-            "created": not existed,
+            "path": store.path,  # a server's URL never shows its password
+            "created": None if server else not existed,  # a server's schema: made when missing
             "tokenizer": store.tokenizer.name,
             "events": store.head_position(),
         }
-    verb = "created" if data["created"] else "already exists:"
+    verb = "ready:" if server else "created" if data["created"] else "already exists:"
     emit(
         data,
         as_json=as_json,
-        text=f"{verb} turnlog store {ctx.db} (tokenizer {data['tokenizer']}, {data['events']} events)",
+        text=f"{verb} turnlog store {store.path} (tokenizer {data['tokenizer']}, {data['events']} events)",
     )
 
 
