@@ -114,9 +114,17 @@ class LangGraphIndex(Projection):
                     )
                 elif event.media_type == WRITES_MEDIA and event.parent_key is not None:
                     channels = [str(c) for c in meta.get("channels") or []]
-                    verb = "REPLACE" if all(c in SPECIAL_CHANNELS for c in channels) else "IGNORE"
+                    # SqliteSaver's rule: special channels replace a write, the others keep the first.
+                    replace = all(c in SPECIAL_CHANNELS for c in channels)
+                    on_conflict = (
+                        "DO UPDATE SET channel = excluded.channel, version = excluded.version, "
+                        "item = excluded.item, task_path = excluded.task_path"
+                        if replace
+                        else "DO NOTHING"
+                    )
                     conn.executemany(
-                        f"INSERT OR {verb} INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        f"ON CONFLICT (session_id, namespace, checkpoint_id, task_id, idx) {on_conflict}",
                         [
                             (
                                 sid,
@@ -132,17 +140,6 @@ class LangGraphIndex(Projection):
                             for item, channel in enumerate(channels)
                         ],
                     )
-
-
-def _where_value(value: Any) -> tuple[str, Any]:
-    """SqliteSaver's comparison for one metadata filter value (json_extract gives SQL values)."""
-    if value is None:
-        return "IS ?", None
-    if isinstance(value, str | int | float):  # bools too: True binds as 1
-        return "= ?", value
-    if isinstance(value, dict | list):
-        return "= ?", json.dumps(value, separators=(",", ":"))
-    return "= ?", str(value)
 
 
 def find_checkpoints(
@@ -168,9 +165,9 @@ def find_checkpoints(
             wheres.append(f"{column} = ?")
             params.append(value)
     for key, value in (metadata or {}).items():
-        operator, bound = _where_value(value)
-        wheres.append(f"json_extract(metadata, '$.{key}') {operator}")
-        params.append(bound)
+        clause, bound = dialect_of(conn).json_field_equals("metadata", key, value)
+        wheres.append(clause)
+        params.extend(bound)
     if before is not None:
         wheres.append("checkpoint_id < ?")
         params.append(before)

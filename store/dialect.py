@@ -12,6 +12,7 @@ same on both."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from typing import Any, Protocol, TypeAlias
@@ -42,6 +43,9 @@ class Dialect(Protocol):
 
     def hint(self, index: str) -> str:
         """A clause after a table name that makes the planner use ``index`` ('' where not needed)."""
+
+    def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
+        """A condition (and its parameters) on a JSON text column's field at a dotted path."""
 
     def columns(self, conn: Any, schema: str, table: str) -> list[str]:
         """A table's column names, in order."""
@@ -83,6 +87,10 @@ class _Neutral:
         raise NotImplementedError
 
 
+def _json_text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 class SQLiteDialect(_Neutral):
     """SQLite: STRICT tables, WITHOUT ROWID for a primary-keyed table, schemas ``main`` and ``temp``."""
 
@@ -101,6 +109,18 @@ class SQLiteDialect(_Neutral):
     def hint(self, index: str) -> str:
         # SQLite does not always choose a partial index on its own (an OR, for one).
         return f"INDEXED BY {index}"
+
+    def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
+        """A JSON text column's field at a dotted ``path`` equal to ``value``, as LangGraph's
+        SqliteSaver compares them (json_extract gives SQL values; True binds as 1)."""
+        field = f"json_extract({column}, '$.{path}')"
+        if value is None:
+            return f"{field} IS NULL", []
+        if isinstance(value, str | int | float):
+            return f"{field} = ?", [value]
+        if isinstance(value, dict | list):
+            return f"{field} = ?", [_json_text(value)]
+        return f"{field} = ?", [str(value)]
 
     def columns(self, conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
         return [str(row[1]) for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
@@ -136,6 +156,17 @@ class PostgresDialect(_Neutral):
 
     def hint(self, index: str) -> str:
         return ""
+
+    def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
+        """A JSON text column's field at a dotted ``path`` equal to ``value``, as LangGraph's
+        PostgresSaver compares them (JSON values: ``1`` and ``true`` differ, a missing field and a
+        JSON ``null`` both match None)."""
+        field = f"({column}::jsonb #> ?::text[])"
+        keys = "{" + ",".join(json.dumps(part) for part in path.split(".")) + "}"
+        if value is None:
+            return f"({field} IS NULL OR {field} = 'null'::jsonb)", [keys, keys]
+        plain = value if isinstance(value, str | int | float | bool | dict | list) else str(value)
+        return f"{field} = ?::jsonb", [keys, _json_text(plain)]
 
     # Through the store's connection wrapper: ``?`` placeholders, as everywhere above store/. The
     # session's temporary schema is named pg_temp_N in the catalog.

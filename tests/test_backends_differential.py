@@ -139,3 +139,50 @@ def test_nul_text_on_postgresql(stores: tuple[str, str]) -> None:
     assert '"title": "a\ufffdb"' in run(postgres, ["sessions", "--json"])
     for db in stores:
         assert run(db, ["verify"]).startswith("ok: ")
+
+
+def test_the_recorder_and_the_langgraph_saver_open_a_postgresql_url(stores: tuple[str, str]) -> None:
+    _, postgres = stores
+    import turnlog
+
+    with turnlog.session(postgres, "rec", title="on a server") as rec:
+        rec.system("You are terse.")
+        rec.user("hello")
+        with rec.run():
+            rec.assistant("hi")
+        assert rec.context(budget=500).total_tokens > 0
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from turnlog.integrations.langgraph import TurnlogSaver
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"you said {state['messages'][-1].content}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    steps: dict[str, Any] = {}
+    for db in stores:
+        saver = TurnlogSaver(db)
+        try:
+            graph = builder.compile(checkpointer=saver)
+            config: Any = {"configurable": {"thread_id": "t1"}}
+            graph.invoke({"messages": [("user", "ping")]}, config)
+            state = graph.get_state(config)
+            assert [m.content for m in state.values["messages"]] == ["ping", "you said ping"]
+            # Metadata filters: each backend as its LangGraph saver compares (the same answers here).
+            steps[db] = [
+                [c.metadata.get("step") for c in saver.list(config, filter=wanted)]
+                for wanted in (
+                    {"source": "loop"},
+                    {"step": 1},
+                    {"source": "input", "step": -1},
+                    {"nope": None},
+                )
+            ]
+        finally:
+            saver.close()
+    assert steps[stores[0]] == steps[stores[1]] and steps[postgres][0]
+    assert run(postgres, ["log", "t1"]).count("message_appended") == 2
+    assert run(postgres, ["verify"]).startswith("ok: ")

@@ -93,21 +93,42 @@ def open_store(
     caught up. ``readonly=True`` opens an existing store for reading only: appends are refused; a
     SQLite file is never written to and never waited for (what writers have not materialized yet is
     folded in memory for its reads)."""
-    store: Store
+    store = open_backend(
+        path,
+        tokenizer=tokenizer,
+        create=create,
+        synchronous=synchronous,
+        token_counting=token_counting,
+        readonly=readonly,
+    )
+    keep_caught_up(store)
+    return store
+
+
+def open_backend(
+    path: str | os.PathLike[str],
+    *,
+    tokenizer: str | None = None,
+    create: bool = True,
+    synchronous: Synchronous = "FULL",
+    token_counting: TokenCounting = "deferred",
+    readonly: bool = False,
+) -> Store:
+    """The store at ``path`` (a SQLite file or a PostgreSQL URL), opened as it is, without
+    :func:`open_store`'s hook that advances the projections after each append (for a writer that
+    advances them its own way)."""
     if is_postgres_url(path):
         store = _open_postgres(str(path), tokenizer=tokenizer, create=create and not readonly)
         store.refuse_appends = readonly  # type: ignore[attr-defined]
-    else:
-        store = SQLiteStore.open(
-            path,
-            tokenizer=tokenizer,
-            create=create,
-            synchronous=synchronous,
-            token_counting=token_counting,
-            readonly=readonly,
-        )
-    keep_caught_up(store)
-    return store
+        return store
+    return SQLiteStore.open(
+        path,
+        tokenizer=tokenizer,
+        create=create,
+        synchronous=synchronous,
+        token_counting=token_counting,
+        readonly=readonly,
+    )
 
 
 def is_postgres_url(path: str | os.PathLike[str]) -> bool:
@@ -164,6 +185,7 @@ __all__ = [
     "import_file",
     "invoke_tool",
     "load_config",
+    "open_backend",
     "open_store",
     "parse_jsonl",
     "parse_openai",

@@ -45,7 +45,6 @@ from turnlog.store import (
     RunFinished,
     RunStarted,
     SessionStarted,
-    SQLiteStore,
     Store,
     StoreError,
     ToolCall,
@@ -370,9 +369,12 @@ def session(
 ) -> SessionRecorder:
     """A recorder for ``session_id``: started (``session_started`` with the title, model and
     metadata) when it does not exist yet, continued from its head when it does. ``store`` is an
-    open store or the path of one (opened, created if needed, and closed with the recorder)."""
+    open store or the path of one, or a PostgreSQL URL (opened, created if needed, and closed with
+    the recorder)."""
+    from turnlog import open_backend  # here: turnlog imports this module
+
     owns = not isinstance(store, Store)
-    opened = SQLiteStore.open(store) if not isinstance(store, Store) else store
+    opened = open_backend(store) if not isinstance(store, Store) else store
     try:
         recorder = SessionRecorder(
             opened, session_id, model=model, retries=retries, owns_store=owns, handlers=handlers, loop=loop

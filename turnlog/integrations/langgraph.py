@@ -82,7 +82,6 @@ from turnlog.store import (  # noqa: E402
     RecordedEvent,
     SessionRewound,
     SessionStarted,
-    SQLiteStore,
     StateRecorded,
     Store,
     ToolReturned,
@@ -119,7 +118,9 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         if isinstance(db, Store):
             self._store, self._owned = open_for_adapter(db)
         else:
-            self._store, self._owned = SQLiteStore.open(db), True
+            from turnlog import open_backend  # here: turnlog imports nothing of its integrations
+
+            self._store, self._owned = open_backend(db), True
             _advance_after_messages(self._store)
         self.map_messages = map_messages
         """Whether the root namespace's ``messages`` channel is also written as message events."""
