@@ -110,6 +110,14 @@ HOSTILE_TOOL = "ev\x1b]0;owned\x07il\x9b2J\u202etool"
 ENVELOPE = json.dumps({"module": "history", "method": "read", "input": {"mode": "tail", "n": 20}})
 
 
+def _hostile_store(tmp_path: Path) -> str:
+    path = tmp_path / "other.db"
+    if not path.exists():
+        with SQLiteStore.open(path) as store:
+            store.append("other", [{"type": "message_appended", "role": "user", "content": HOSTILE}])
+    return str(path)
+
+
 def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], str | None]]:
     """Every command (several ways where its output differs), with the standard input it reads."""
     todo = json.dumps([{"id": "t1", "content": HOSTILE}])
@@ -144,6 +152,9 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         (["summaries", SID], None),
         (["policy", SID, "--tool-output-mode", f"{HOSTILE_TOOL}=auto", "--budget", "4000"], None),
         (["policy", SID], None),
+        # A copy into a store with a (hostile) history of its own: refused, and said.
+        (["copy", str(tmp_path / "t.db"), _hostile_store(tmp_path)], None),
+        (["copy", str(tmp_path / "t.db"), str(tmp_path / "copy.db")], None),
         (["export", SID], None),
         (["export", SID, "--format", "openai"], None),
         (["export", SID, "--format", "anthropic"], None),

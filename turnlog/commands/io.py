@@ -117,3 +117,47 @@ class _ProgressBar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
+
+
+@cli.command("copy")
+@click.argument("source")
+@click.argument("destination")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option
+def copy_(source: str, destination: str, quiet: bool, as_json: bool) -> None:
+    """Copy every event of the store SOURCE into the store DESTINATION: each a SQLite file or a
+    PostgreSQL URL, either direction. Event ids, positions, versions, recorded_at and hashes are
+    kept, so both ends verify with the same head. DESTINATION must be empty (it is created with
+    SOURCE's tokenizer) or hold a prefix of SOURCE (the copy resumes after it); anything else is
+    refused before a single event is written. --db is not used.
+
+    \b
+    Examples:
+      turnlog copy agent.db postgresql://me@db.internal:5432/agents
+      turnlog copy 'postgresql://me@db.internal:5432/agents?schema=team_a' backup.db
+    """
+    from turnlog import open_backend, open_store
+    from turnlog.copying import copy_store
+
+    with open_backend(source, create=False, readonly=True) as src:  # noqa: SIM117 - dst takes its tokenizer
+        with open_store(destination, create=True, tokenizer=src.tokenizer.name) as dst:
+            with _ProgressBar("copying", enabled=not quiet and not as_json) as bar:
+                result = copy_store(src, dst, progress=bar.update)
+            report = dst.verify()
+    if not report.ok:  # pragma: no cover - a copy that verifies wrong is a bug, said plainly
+        raise click.ClickException(f"the copy does not verify: {report.problems[0]}")
+    data = {
+        "source": src.path,
+        "destination": dst.path,
+        "events": result.source_events,
+        "already_there": result.already,
+        "copied": result.copied,
+        "head_hash": result.head_hash,
+    }
+    text = (
+        f"copied {result.copied:,} events ({result.already:,} were already there) from {src.path} to "
+        f"{dst.path}; both end at hash {result.head_hash[:16]}"
+        if result.source_events
+        else f"nothing to copy: {src.path} is empty"
+    )
+    emit(data, as_json=as_json, text=text)
