@@ -57,13 +57,15 @@ COMMENT ON TABLE blobs IS
     'turnlog: content kept apart from events (large tool outputs, artifacts, state), addressed by '
     'the sha256 of its UTF-8 text; immutable';
 
+-- Ids and types compare and sort by code point (COLLATE "C"), as on SQLite, whatever the
+-- database's locale: listings ordered by them read the same on both backends.
 CREATE TABLE events (
     position bigint CONSTRAINT events_pkey PRIMARY KEY
         CONSTRAINT events_position_positive CHECK (position >= 1),
-    session_id text NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
     version bigint NOT NULL CONSTRAINT events_version_positive CHECK (version >= 1),
-    event_id text NOT NULL CONSTRAINT events_event_id_key UNIQUE,
-    type text NOT NULL,
+    event_id text COLLATE "C" NOT NULL CONSTRAINT events_event_id_key UNIQUE,
+    type text COLLATE "C" NOT NULL,
     schema_version integer NOT NULL,
     payload text NOT NULL,
     blob_id text CONSTRAINT events_blob_id_fkey REFERENCES blobs (id),
