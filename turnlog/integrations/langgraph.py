@@ -32,7 +32,6 @@ import functools
 import json
 import random
 import re
-import sqlite3
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -87,6 +86,7 @@ from turnlog.store import (  # noqa: E402
     ToolReturned,
     VersionConflictError,
 )
+from turnlog.store.dialect import Connection  # noqa: E402
 
 __all__ = ["FRAMEWORK", "TurnlogSaver"]
 
@@ -95,7 +95,7 @@ _SERDE = re.compile(r"serde=([^;]+)")
 _MAX_TARGETS = 1000  # message_removed names at most this many events
 _PAGE = 256  # checkpoints read per query by list()
 
-_Query = Callable[[sqlite3.Connection], Any]
+_Query = Callable[[Connection], Any]
 
 
 class TurnlogSaver(BaseCheckpointSaver[str]):
@@ -541,7 +541,7 @@ def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfi
 
 
 def _with_writes(
-    conn: sqlite3.Connection, rows: builtins.list[CheckpointRow]
+    conn: Connection, rows: builtins.list[CheckpointRow]
 ) -> tuple[builtins.list[CheckpointRow], builtins.list[builtins.list[WriteRow]]]:
     """The rows, and each one's pending writes in LangGraph's order (``writes_sort_key``)."""
     writes = [writes_of(conn, row[0], row[1], row[2]) for row in rows]
