@@ -45,7 +45,9 @@ class ReadingStore(TokenCountingStore):
         self, session_id: str, *, from_version: int = 1, to_version: int | None = None, own: bool = False
     ) -> list[RecordedEvent]:
         self.catch_up_tokens()
-        upper = to_version if to_version is not None else 2**62
+        # Numbers past SQLite's 64-bit integers mean "beyond every version" (they cannot be bound).
+        upper = _clamped(to_version if to_version is not None else _NO_LIMIT)
+        from_version = _clamped(from_version)
         found: list[RecordedEvent] = []
         with self.reading() as conn:
             segments = lineage_of(conn, session_id, self._lineages)
@@ -64,7 +66,7 @@ class ReadingStore(TokenCountingStore):
         found: list[RecordedEvent] = []
         with self.reading() as conn:
             for sid, lo, hi in lineage_of(conn, session_id, self._lineages):
-                mine = [v for v in versions if lo <= v <= hi]
+                mine = [v for v in versions if lo <= v <= hi and v < _NO_LIMIT]
                 for start in range(0, len(mine), 500):
                     chunk = mine[start : start + 500]
                     found += self._read(
@@ -106,13 +108,14 @@ class ReadingStore(TokenCountingStore):
             row = self.conn.execute(
                 "SELECT version FROM events WHERE session_id = ? AND position <= ? "
                 "ORDER BY version DESC LIMIT 1",
-                (session_id, position),
+                (session_id, _clamped(position)),
             ).fetchone()
         return int(row[0]) if row else 0
 
     def read_tail(self, session_id: str, limit: int) -> list[RecordedEvent]:
         if limit < 0:
             raise InvalidEventError(f"read_tail: limit must be 0 or more, not {limit}")
+        limit = _clamped(limit)
         self.catch_up_tokens()
         rows: list[RecordedEvent] = []
         with self.reading() as conn:
@@ -138,7 +141,7 @@ class ReadingStore(TokenCountingStore):
             type_filter = f" AND e.type IN ({','.join('?' * len(types))})"
             params_tail = tuple(types)
         self.catch_up_tokens()
-        last = position
+        last = _clamped(position)
         while True:
             with self.reading() as conn:
                 chunk = self._read(
@@ -253,6 +256,16 @@ def _origin_rows(conn: sqlite3.Connection, order: str, params: Sequence[Any]) ->
             raise
         where = "WHERE e.session_id = ? AND e.version BETWEEN ? AND ?"
         raise undecodable_row(conn, where, params[:3]) from exc
+
+
+_NO_LIMIT = 2**62
+"""Beyond every version and position a store can hold (store.limits.MAX_VERSION + 1)."""
+
+
+def _clamped(number: int) -> int:
+    """A version, position or count as SQLite can bind it: past the largest any store holds, the
+    same answer as that largest (and below, as its negative)."""
+    return max(-_NO_LIMIT, min(int(number), _NO_LIMIT))
 
 
 def records_between(

@@ -720,6 +720,19 @@ class StoreContract:
         assert snapshot(store) == before
         assert store.head_version("t") == 0
 
+    def test_numbers_past_64_bits_read_as_beyond_everything(self, store: EventStore) -> None:
+        """A version, position or count no database integer holds answers as the largest would:
+        never a driver's overflow error."""
+        store.append("s", [msg("a"), msg("b")])
+        huge = 2**70
+        assert [r.version for r in store.read_tail("s", huge)] == [1, 2]
+        assert store.read_session("s", from_version=huge) == []
+        assert [r.version for r in store.read_session("s", to_version=huge)] == [1, 2]
+        assert [r.version for r in store.read_session("s", from_version=-huge)] == [1, 2]
+        assert store.read_versions("s", [huge, 2]) == store.read_versions("s", [2])
+        assert store.version_at("s", huge) == 2
+        assert list(store.iter_after(huge)) == []
+
     # --- round trips -----------------------------------------------------------------------------
 
     def test_strategies_cover_every_event_type(self) -> None:
