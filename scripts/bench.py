@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import integrations
+from benchlib import integrations, postgres_bench
 from benchlib.config import BUDGET, ROOT, SECTIONS, TURNLOG_VARIANTS, Config
 from benchlib.counting import encoding
 from benchlib.peers import NAMES, peer_class
@@ -37,6 +37,9 @@ MEASURE = {
     "build": section_build,
     "rebuild": section_rebuild,
     "integrations": integrations.section,
+    "postgres": lambda bench: bench.results.__setitem__(
+        "postgres", postgres_bench.run(bench.cfg.quick, bench.log)
+    ),
 }
 """Each section's function, by the name ``--only`` takes."""
 
@@ -46,9 +49,12 @@ def render(bench: Bench, command: str) -> str:
 
     adapters = bench.results.get("integrations")
     section = integrations.render(adapters, command) if adapters is not None else ""
-    if bench.sections == ["integrations"]:
-        return section
-    return render_report(bench, command) + (f"\n\n{section}" if section else "")
+    server = bench.results.get("postgres")
+    pg = postgres_bench.render(server, command) if server is not None else ""
+    alone = [s for s in (section, pg) if s]
+    if set(bench.sections) <= {"integrations", "postgres"}:
+        return "\n\n".join(alone)
+    return "\n\n".join([render_report(bench, command), *alone])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(text)
-    if sections == ["integrations"] and not args.quick and not args.out:
+    if sections in (["integrations"], ["postgres"]) and not args.quick and not args.out:
         # This section alone updates its own part of the results, never the whole file.
-        integrations.splice(ROOT / "bench-results" / "RESULTS.md", text)
+        heading = integrations.HEADING if sections == ["integrations"] else postgres_bench.HEADING
+        integrations.splice(ROOT / "bench-results" / "RESULTS.md", text, heading)
         bench.log("section spliced into bench-results/RESULTS.md")
         return 0
     out = args.out or (None if (args.quick or only) else str(ROOT / "bench-results" / "RESULTS.md"))

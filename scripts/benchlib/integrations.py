@@ -185,11 +185,11 @@ def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def splice(path: Path, section: str) -> None:
-    """Put ``section`` (starting with HEADING) into the results file in place of the section of the
-    same heading, or at its end; every other section is left as it was."""
+def splice(path: Path, section: str, heading: str = HEADING) -> None:
+    """Put ``section`` (starting with ``heading``) into the results file in place of the section of
+    the same heading, or at its end; every other section is left as it was."""
     text = path.read_text() if path.exists() else ""
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     block = section.rstrip() + "\n\n"
     text = (
         pattern.sub(lambda _: block, text, count=1)
