@@ -70,11 +70,15 @@ class PgProjectionStorage(_Base):
 
     @contextlib.contextmanager
     def atomic(self, *, durable: bool = True) -> Iterator[QmarkConnection]:
-        """A transaction in the store's schema (``durable=False``: its commit does not wait for the
-        disk — derived rows, remade from the log if a crash takes them back)."""
+        """A transaction in the store's schema, holding the store's write lock (the one appends take)
+        from its start, as SQLite's ``BEGIN IMMEDIATE`` does: two processes catching the projections
+        up take turns, and the second finds the first's checkpoints (no sum is ever added twice).
+        ``durable=False``: its commit does not wait for the disk — derived rows, remade from the log
+        if a crash takes them back."""
         with self.connection() as conn:
             conn.execute("BEGIN")
             try:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
                 if not durable:
                     conn.execute("SET LOCAL synchronous_commit = off")
                 yield QmarkConnection(conn, self.dialect)

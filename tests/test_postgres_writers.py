@@ -268,3 +268,89 @@ def test_a_connection_ended_while_idle_in_the_pool_is_replaced(
         end_the_pooled_connection()
         assert store.head_position() == 1
         assert store.read_session("s")[0].event.content == "one"  # type: ignore[union-attr]
+
+
+def _projected_writer(url: str, session: str, count: int) -> None:
+    import turnlog
+
+    store = turnlog.open_store(url)  # every append also advances the projections
+    try:
+        for i in range(count):
+            store.append(
+                session,
+                [
+                    {"type": "message_appended", "role": "user", "content": f"turn {i}"},
+                    {"type": "usage_recorded", "model": "gpt-4o", "input_tokens": 10, "output_tokens": 1},
+                ],
+            )
+    finally:
+        store.close()
+
+
+def test_writer_processes_advance_the_projections_exactly_once(pg_schema: str) -> None:
+    """Processes appending through open_store each advance the projections after their commits:
+    they take turns (the store's lock), so no event is applied twice — the ledger's sums are exact
+    and every projection equals a fresh rebuild."""
+    import multiprocessing
+
+    import turnlog
+    from turnlog.projections.ledger import audit
+
+    url = f"{pg_url()}?schema={pg_schema}"
+    turnlog.open_store(url).close()
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_projected_writer, args=(url, f"w{i}", 40)) for i in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+        assert proc.exitcode == 0
+    with turnlog.open_store(url) as store:
+        report = audit(store)
+        assert (report.totals.calls, report.totals.input) == (4 * 40, 4 * 40 * 10)
+        assert store.verify().ok
+
+
+def _catcher(url: str, start_at: float) -> None:
+    import time
+
+    import turnlog
+    from turnlog.projections.registry import materializer
+
+    store = turnlog.open_store(url)
+    try:
+        time.sleep(max(0.0, start_at - time.time()))  # all start together
+        materializer(store).catch_up()
+    finally:
+        store.close()
+
+
+def test_processes_catching_up_a_backlog_together_apply_it_once(pg_schema: str) -> None:
+    """A backlog the projections have not seen (written by a plain PostgresStore), caught up by four
+    processes at the same moment: they take turns on the store's lock, so each event is applied once."""
+    import multiprocessing
+    import time
+
+    import turnlog
+    from turnlog.projections.ledger import audit
+
+    url = f"{pg_url()}?schema={pg_schema}"
+    turnlog.open_store(url).close()  # the projections' tables, caught up on an empty log
+    with PostgresStore.open(pg_url(), schema=pg_schema) as raw:  # no projection hooks
+        for i in range(60):
+            raw.append(f"s{i % 3}", [
+                {"type": "message_appended", "role": "user", "content": f"turn {i}"},
+                {"type": "usage_recorded", "model": "gpt-4o", "input_tokens": 10, "output_tokens": 1},
+            ])  # fmt: skip
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 3
+    procs = [context.Process(target=_catcher, args=(url, start_at)) for _ in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+        assert proc.exitcode == 0
+    with turnlog.open_store(url) as store:
+        report = audit(store)
+        assert (report.totals.calls, report.totals.input) == (60, 600)
+        assert store.verify().ok
