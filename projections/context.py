@@ -84,6 +84,19 @@ def open_run(store: Store, session_id: str, at: int | None = None) -> str | None
     return str(row[0]) if row else None
 
 
+def run_start_version(store: Store, session_id: str, run_id: str | None) -> int | None:
+    """The session version of the newest ``run_started`` of ``run_id`` (of any run: None), if any."""
+    materializer(store).catch_up()
+    which, params = ("", (session_id,)) if run_id is None else (" AND run_id = ?", (session_id, run_id))
+    with store.reading() as conn:
+        row = conn.execute(
+            f"SELECT started_version FROM ctx_runs WHERE session_id = ?{which} "
+            "ORDER BY started_position DESC LIMIT 1",
+            params,
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
 __all__ = [
     "FILL_MIN",
     "INTERRUPTED",
@@ -101,5 +114,6 @@ __all__ = [
     "Mode",
     "build_context",
     "open_run",
+    "run_start_version",
     "timeline",
 ]

@@ -88,6 +88,10 @@ def test_the_same_writes_read_the_same_on_both_backends(stores: tuple[str, str])
     sqlite, postgres = stores
     for args in WRITES:
         assert run(sqlite, args) == run(postgres, args), args
+    # The open run ends: the policy's run-end work (the run's long outputs summarized) on both.
+    end = '{"type": "run_finished", "run_id": "run-3"}'
+    ended = [CliRunner().invoke(cli, ["--db", db, "append", "fix"], input=end) for db in stores]
+    assert [e.exit_code for e in ended] == [0, 0] and ended[0].stderr == ended[1].stderr == ""
     for args in READS:
         assert run(sqlite, args) == run(postgres, args), args
     envelope = json.dumps({"module": "history", "method": "search", "input": {"query": "rounding"}})

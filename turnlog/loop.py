@@ -19,7 +19,7 @@ from typing import Any
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
 from turnlog.projections.capping import cap_text
-from turnlog.projections.context import ContextPolicy, open_run
+from turnlog.projections.context import ContextPolicy, open_run, run_start_version
 from turnlog.projections.runtime import condensed_outputs, session_policy
 from turnlog.store import (
     CompactionFailed,
@@ -28,7 +28,6 @@ from turnlog.store import (
     PolicySet,
     RecordedEvent,
     RunFinished,
-    RunStarted,
     SessionPolicy,
     Store,
     StoreError,
@@ -299,15 +298,10 @@ def _condensing(policy: SessionPolicy) -> bool:
 
 
 def _run_records(store: Store, session_id: str, run_id: str | None) -> list[RecordedEvent]:
-    """The session's events from the start of run ``run_id`` (the newest ``run_started`` of that id)."""
-    records = store.read_session(session_id)
-    start = 0
-    for index in range(len(records) - 1, -1, -1):
-        event = records[index].event
-        if isinstance(event, RunStarted) and (run_id is None or event.run_id == run_id):
-            start = index
-            break
-    return records[start:]
+    """The session's events from the start of run ``run_id`` (its newest ``run_started``), read from
+    that version on: a run end costs the run, not the session."""
+    start = run_start_version(store, session_id, run_id)
+    return store.read_session(session_id, from_version=start or 1)
 
 
 def _fail(
