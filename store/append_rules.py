@@ -19,7 +19,9 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
+from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.errors import (
+    CorruptStoreError,
     DuplicateEventError,
     InvalidEventError,
     StoreError,
@@ -101,6 +103,9 @@ class EventLookup(Protocol):
 
     def head_version(self, session_id: str) -> int:
         """The session's own last version, 0 when it has none."""
+
+    def hash_of(self, session_id: str, version: int) -> str | None:
+        """The hash of the session's own event at ``version`` (no lineage followed), None if none."""
 
 
 # --- the arguments ---------------------------------------------------------------------------------
@@ -278,6 +283,24 @@ def fork_base(lookup: EventLookup, session_id: str, first: Event) -> int:
             f"its head version is {parent_head}"
         )
     return parent.version
+
+
+def fork_link(lookup: EventLookup, session_id: str, first: Event) -> tuple[int, str]:
+    """Where a new session's chain starts: (0, the genesis hash), or for a fork the parent's version
+    it branches at (checked) and the hash of the parent's event there (store.chain)."""
+    base = fork_base(lookup, session_id, first)
+    if base == 0:
+        return 0, GENESIS_HASH
+    assert isinstance(first, SessionStarted) and first.parent is not None
+    for sid, lo, hi in lookup.lineage(first.parent.session_id):
+        if lo <= base <= hi:
+            found = lookup.hash_of(sid, base)
+            if found is not None:
+                return base, found
+    raise CorruptStoreError(
+        f"session {first.parent.session_id!r} has no event at version {base} in its history; "
+        "run `turnlog verify`"
+    )
 
 
 def check_semantics(

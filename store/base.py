@@ -143,6 +143,16 @@ class EventStore(abc.ABC):
 
     tokenizer: Tokenizer
 
+    @property
+    @abc.abstractmethod
+    def salt(self) -> bytes:
+        """The store's salt: the key of its payload digests (store.chain). A copy carries it."""
+
+    @abc.abstractmethod
+    def adopt_salt(self, salt: bytes) -> None:
+        """Take another store's salt (``turnlog copy`` into an empty store, so hashes stay alike);
+        refused once the store holds an event."""
+
     @abc.abstractmethod
     def append(
         self,

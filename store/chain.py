@@ -1,12 +1,27 @@
-"""The log's hash chain, the same on every backend: the hash of one event, and the linking of a
-batch (positions, versions, prev_hash, hash) before it is inserted. SQLite and PostgreSQL give the
-same events, with the same ids and ``recorded_at``, the same hashes."""
+"""The log's hash chains, the same on every backend (format ``v2``; docs/backends.md).
+
+- Each event's ``hash`` covers its session, version, the hash of the session's previous event
+  (``prev_hash``: a fork's first event links to its parent's event at the fork version, a new
+  session's first event to :data:`GENESIS_HASH`), its id, type, schema version, blob id, the time it
+  was recorded (in one backend-neutral form) and the **digest** of its payload: an HMAC-SHA256 of the
+  payload under the store's own salt, kept in ``payload_digest``. The payload itself is not hashed,
+  so it could later be erased and the chain still check.
+- The global order (positions 1, 2, 3, ...) is chained apart: ``order_hash`` at position p covers the
+  order hash at p - 1, p, and the hash of the event at p. Writers of different sessions share
+  nothing but this order, which is stamped in one short step (on PostgreSQL after their commits).
+
+The v1 format (one chain over every event of the store, payload bytes hashed) is kept for verifying
+a store opened read-only before its migration, and for the migration's own check of the old chain."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from turnlog.store.base import RecordedEvent
@@ -16,14 +31,89 @@ if TYPE_CHECKING:
     from turnlog.store.events import Event
 
 GENESIS_HASH = "0" * 64
-"""The prev_hash of the first event."""
+"""The prev_hash of a session's first event (not a fork), and the order hash before position 1."""
 
-EventRow = tuple[int, str, int, str, str, int, str, str | None, int | None, str, str, str]
+CHAIN_FORMAT = "v2"
+"""The chain format of a current store (turnlog_meta ``chain``)."""
+
+EventRow = tuple[
+    int | None, str, int, str, str, int, str, str | None, int | None, str, str, str, str, str | None
+]
 """An events row as inserted: position, session_id, version, event_id, type, schema_version, payload,
-blob_id, tokens, recorded_at, prev_hash, hash."""
+blob_id, tokens, recorded_at, prev_hash, hash, payload_digest, order_hash (position and order_hash
+None while the row waits for its place in the order: see store.pg_append)."""
+
+INSERT_COLUMNS = (
+    "position, session_id, version, event_id, type, schema_version, payload, blob_id, tokens, "
+    "recorded_at, prev_hash, hash, payload_digest, order_hash"
+)
+"""The events columns of an :data:`EventRow`, in its order."""
+
+
+def new_salt() -> str:
+    """A store's salt: 32 random bytes, as hex (turnlog_meta ``salt``)."""
+    return secrets.token_hex(32)
+
+
+def payload_digest(salt: bytes, payload: str) -> str:
+    """The HMAC-SHA256 of a payload's UTF-8 text under the store's salt, as hex."""
+    # surrogateescape: a row verify read as undecodable bytes digests to its stored bytes.
+    return hmac.digest(salt, payload.encode("utf-8", "surrogateescape"), "sha256").hex()
+
+
+def canonical_time(recorded_at: str) -> str:
+    """``recorded_at`` as hashed: UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, whatever form a backend keeps
+    it in. Text that is no ISO time (only a damaged row holds one) is hashed as it is."""
+    if len(recorded_at) == 32 and recorded_at.endswith("+00:00"):
+        return recorded_at[:26] + "Z"  # the store's own form: every event append writes
+    try:
+        moment = datetime.fromisoformat(recorded_at)
+    except ValueError:
+        return recorded_at
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _part(text: str) -> str:
+    # Length-prefixed (length in characters): an unambiguous encoding, whatever the field holds.
+    return f"{len(text)}:{text};"
 
 
 def event_hash(
+    session_id: str,
+    version: int,
+    prev_hash: str,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    digest: str,
+    blob_id: str | None,
+    recorded_at: str,
+) -> str:
+    """The v2 hash of one event (``digest`` is its :func:`payload_digest`)."""
+    material = (
+        "turnlog-event-v2;"
+        + _part(session_id)
+        + _part(str(version))
+        + _part(prev_hash)
+        + _part(event_id)
+        + _part(event_type)
+        + _part(str(schema_version))
+        + _part(digest)
+        + _part(blob_id or "")
+        + _part(canonical_time(recorded_at))
+    )
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def order_hash(prev_order_hash: str, position: int, event_hash: str) -> str:
+    """The order chain at ``position``: the order hash before it, the position, and its event's hash."""
+    material = f"turnlog-order-v2;{_part(prev_order_hash)}{_part(str(position))}{_part(event_hash)}"
+    return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def event_hash_v1(
     prev_hash: str,
     position: int,
     session_id: str,
@@ -35,21 +125,36 @@ def event_hash(
     blob_id: str | None,
     recorded_at: str,
 ) -> str:
-    # Length-prefixed fields (length in characters): an unambiguous encoding, whatever characters
-    # the fields hold. Written out in one f-string, since it runs once per appended event.
-    pos, ver, sv, blob = str(position), str(version), str(schema_version), blob_id or ""
+    """The v1 hash (one chain over the whole store, payload bytes hashed): for stores not migrated."""
     material = (
-        f"{len(prev_hash)}:{prev_hash};{len(pos)}:{pos};{len(session_id)}:{session_id};"
-        f"{len(ver)}:{ver};{len(event_id)}:{event_id};{len(event_type)}:{event_type};"
-        f"{len(sv)}:{sv};{len(payload)}:{payload};{len(blob)}:{blob};{len(recorded_at)}:{recorded_at};"
+        _part(prev_hash)
+        + _part(str(position))
+        + _part(session_id)
+        + _part(str(version))
+        + _part(event_id)
+        + _part(event_type)
+        + _part(str(schema_version))
+        + _part(payload)
+        + _part(blob_id or "")
+        + _part(recorded_at)
     )
-    # surrogateescape: a row verify read as undecodable bytes hashes to its stored bytes (stored text
-    # never holds lone surrogates otherwise: input refuses them), so the hash is unchanged.
     return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Heads:
+    """Where a batch continues: the session's ``version`` and ``prev_hash`` (its last event's hash, or
+    a fork parent's at the fork version), and the store's last ``position`` and its ``order_hash``
+    (None for a batch that waits for its place in the order)."""
+
+    version: int
+    prev_hash: str
+    position: int | None = None
+    order_hash: str = GENESIS_HASH
+
+
 class LinkedBatch:
-    """A batch linked into the chain: the rows to insert, the records append returns, and the
+    """A batch linked into the chains: the rows to insert, the records append returns, and the
     distinct content blobs (id, size, codec, data) the rows refer to."""
 
     __slots__ = ("blobs", "records", "rows")
@@ -63,37 +168,45 @@ class LinkedBatch:
 def link_batch(
     session_id: str,
     prepared: Sequence[Prepared],
+    heads: Heads,
     *,
-    head: int,
-    position: int,
-    prev_hash: str,
+    salt: bytes,
     recorded_at: str,
     times: Sequence[str] | None = None,
 ) -> LinkedBatch:
-    """Number and hash a prepared batch after the store's last ``position`` (whose hash is
-    ``prev_hash``) and the session's ``head`` version. Every event is recorded at ``recorded_at``,
-    or at its own entry of ``times`` (an import restoring an export). The material is
-    :func:`event_hash`'s, with the parts every event of the batch shares made once."""
+    """Version and hash a prepared batch after the session's head, and place it in the order after
+    ``heads.position`` when that is given. Every event is recorded at ``recorded_at``, or at its own
+    entry of ``times`` (an import restoring an export). The material is :func:`event_hash`'s and
+    :func:`order_hash`'s, with the parts every event of the batch shares made once."""
     batch = LinkedBatch()
-    session_part = f"{len(session_id)}:{session_id};"
-    time_part = f"{len(recorded_at)}:{recorded_at};"
+    session_part = f"turnlog-event-v2;{_part(session_id)}"
+    time_part = _part(canonical_time(recorded_at))
+    prev_hash, position, order = heads.prev_hash, heads.position, heads.order_hash
     for offset, item in enumerate(prepared, 1):
-        pos = position + offset
-        version = head + offset
+        version = heads.version + offset
         event = item.event
         if times is not None:
             recorded_at = times[offset - 1]
-            time_part = f"{len(recorded_at)}:{recorded_at};"
+            time_part = _part(canonical_time(recorded_at))
         blob_id = item.blob[0] if item.blob else None
         if item.blob:
             batch.blobs[item.blob[0]] = item.blob
-        p, v, event_id, payload, blob = (str(pos), str(version), event.event_id, item.payload, blob_id or "")
+        payload, event_id, v = item.payload, event.event_id, str(version)
+        digest = hmac.digest(salt, payload.encode("utf-8", "surrogateescape"), "sha256").hex()
         type_part = _TYPE_PARTS.get((event.type, event.schema_version)) or _type_part(event)
-        digest = hashlib.sha256(
-            f"{len(prev_hash)}:{prev_hash};{len(p)}:{p};{session_part}{len(v)}:{v};"
-            f"{len(event_id)}:{event_id};{type_part}{len(payload)}:{payload};{len(blob)}:{blob};"
-            f"{time_part}".encode()
+        blob = blob_id or ""
+        event_digest = hashlib.sha256(
+            f"{session_part}{len(v)}:{v};{len(prev_hash)}:{prev_hash};{len(event_id)}:{event_id};"
+            f"{type_part}64:{digest};{len(blob)}:{blob};{time_part}".encode("utf-8", "surrogateescape")
         ).hexdigest()
+        pos: int | None = None
+        placed: str | None = None
+        if position is not None:
+            pos = position + offset
+            p = str(pos)
+            placed = order = hashlib.sha256(
+                f"turnlog-order-v2;64:{order};{len(p)}:{p};64:{event_digest};".encode()
+            ).hexdigest()
         batch.rows.append(
             (
                 pos,
@@ -107,13 +220,17 @@ def link_batch(
                 item.tokens,
                 recorded_at,
                 prev_hash,
+                event_digest,
                 digest,
+                placed,
             )
         )
         batch.records.append(
-            RecordedEvent(pos, session_id, version, event, item.tokens, recorded_at, prev_hash, digest)
+            RecordedEvent(
+                pos or 0, session_id, version, event, item.tokens, recorded_at, prev_hash, event_digest
+            )
         )
-        prev_hash = digest
+        prev_hash = event_digest
     return batch
 
 
@@ -122,8 +239,9 @@ _TYPE_PARTS: dict[tuple[str, int], str] = {}
 
 def _type_part(event: Event | Any) -> str:
     """The type and schema-version part of an event's hash material (made once per pair)."""
-    sv = str(event.schema_version)
-    part = _TYPE_PARTS[(event.type, event.schema_version)] = f"{len(event.type)}:{event.type};{len(sv)}:{sv};"
+    part = _TYPE_PARTS[(event.type, event.schema_version)] = _part(event.type) + _part(
+        str(event.schema_version)
+    )
     return part
 
 

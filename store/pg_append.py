@@ -2,14 +2,18 @@
 (store.append_rules), hash-chained (store.chain) and inserted in one transaction, durable at its
 commit (``synchronous_commit=on``); a retried batch returns what was stored.
 
-The chain hashes the previous event of the whole store, so appends serialize: each takes the
-store's transaction-level advisory lock before it reads the head, and holds it through its insert
-and commit. Positions are assigned under that lock, so they have no gaps. (Issue 17 item 3
-replaces this global chain by per-session chains and a sequencer that stamps the global order after
-commit, so that writers run side by side; that is not done here.)"""
+Writers of different sessions share no head (store.chain, v2): an append takes its session's
+advisory lock (writers of one session take turns; versions and the session's chain stay whole) and
+*tries* the store's lock. When it gets it (no other writer is placing rows: the common case of one
+writer), it places its rows in the global order in its own transaction, after any committed rows still
+waiting, and its projections advance in the same commit: one transaction, one commit. When another
+writer holds it, the rows are inserted unplaced, committed (side by side with the other writers'
+commits), then placed right after in a short transaction under the lock (store.pg_chain), and the
+projections catch up after it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -22,30 +26,39 @@ from turnlog.store.append_rules import (
     StoredEventId,
     check_expected_head,
     check_semantics,
-    fork_base,
+    fork_link,
     is_retry,
     prepare_event,
 )
 from turnlog.store.appender import BatchAppender
 from turnlog.store.base import Expected, RecordedEvent
-from turnlog.store.chain import GENESIS_HASH, link_batch, now
+from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch, now
 from turnlog.store.errors import InvalidEventError, VersionConflictError
-from turnlog.store.pg_connection import Connection, suppress_closed, translated
+from turnlog.store.pg_chain import place_unplaced
+from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
 from turnlog.store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
+from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import gc_paused
 
-_HEAD = (
-    "SELECT (SELECT coalesce(max(version), 0) FROM events WHERE session_id = %s), "
-    "(SELECT position FROM events ORDER BY position DESC LIMIT 1), "
-    "(SELECT hash FROM events ORDER BY position DESC LIMIT 1)"
+# The session's last version and hash (placed or not), the last placed position and its order
+# hash, and whether committed rows wait to be placed: read after the locks, so up to date.
+_HEADS = (
+    f"SELECT s.version, s.hash, g.position, g.order_hash, "
+    f"EXISTS (SELECT 1 FROM {EVENT_TABLE} WHERE position IS NULL) FROM (SELECT 1) AS one "
+    f"LEFT JOIN (SELECT version, hash FROM {EVENT_TABLE} WHERE session_id = %s "
+    "ORDER BY version DESC LIMIT 1) AS s ON TRUE "
+    f"LEFT JOIN (SELECT position, order_hash FROM {EVENT_TABLE} WHERE position IS NOT NULL "
+    "ORDER BY position DESC LIMIT 1) AS g ON TRUE"
 )
 _INSERT_BLOB = "INSERT INTO blobs (id, size, codec, data) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
-_INSERT_EVENT = (
-    "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
-    "blob_id, tokens, recorded_at, prev_hash, hash) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
+_INSERT_EVENT = f"INSERT INTO {EVENT_TABLE} ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
+_SESSION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+_TRY_STORE_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 _NOT_STORED = "nothing of the batch was stored; retry it"
+_PLACING = (
+    "the batch is stored but not yet placed in the global order; the next append or "
+    "`turnlog verify` places it"
+)
 _MAYBE_STORED = (
     "the batch was stored whole or not at all: retry it with the same event ids (a batch already "
     "stored is returned, not stored twice)"
@@ -65,15 +78,26 @@ class _Lookup:
         if "\x00" in event_id:  # no stored id holds one (PostgreSQL text cannot)
             return None
         row = self.conn.execute(
-            "SELECT session_id, version, type FROM events WHERE event_id = %s", (event_id,)
+            f"SELECT session_id, version, type FROM {EVENT_TABLE} WHERE event_id = %s", (event_id,)
         ).fetchone()
         return None if row is None else (row[0], int(row[1]), row[2])
 
     def lineage(self, session_id: str) -> Segments:
-        return pg_lineage(self.conn, session_id, self.cache)
+        return pg_lineage(self.conn, session_id, self.cache, EVENT_TABLE)
 
     def head_version(self, session_id: str) -> int:
-        return pg_head_version(self.conn, session_id)
+        if "\x00" in session_id:
+            return 0
+        row = self.conn.execute(
+            f"SELECT max(version) FROM {EVENT_TABLE} WHERE session_id = %s", (session_id,)
+        ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def hash_of(self, session_id: str, version: int) -> str | None:
+        row = self.conn.execute(
+            f"SELECT hash FROM {EVENT_TABLE} WHERE session_id = %s AND version = %s", (session_id, version)
+        ).fetchone()
+        return None if row is None else str(row[0])
 
 
 class PgAppendingStore(BatchAppender, PgReadingStore):
@@ -109,8 +133,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _append_batch(
         self, session_id: str, prepared: list[Prepared], expected_version: Expected, times: list[str] | None
     ) -> list[RecordedEvent]:
-        """One transaction: lock, read the head, check, insert, commit. Any failure rolls it all
-        back; a lost connection says whether the batch may have been stored."""
+        """One transaction: the locks, the heads, check, insert (placed when the store's lock was
+        free), commit; then, for rows inserted unplaced, their placing. Any failure before the commit
+        rolls it all back; a lost connection says whether the batch may have been stored."""
         committing = False
         with self.connection() as conn:
             if isinstance(expected_version, int):
@@ -120,32 +145,45 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 if head_now > expected_version:
                     raise VersionConflictError(session_id, expected_version, head_now)
             try:
-                with conn.pipeline():  # one round trip for the three
+                with conn.pipeline():  # one round trip for the four
                     conn.execute("BEGIN")
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
-                    cursor = conn.execute(_HEAD, (session_id,))
-                head, position, prev_hash = cursor.fetchone() or (0, None, None)
-                head = int(head)
+                    conn.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
+                    tried = conn.execute(_TRY_STORE_LOCK, (self.lock_key,))
+                    cursor = conn.execute(_HEADS, (session_id,))
+                placing = bool((tried.fetchone() or (False,))[0])
+                head, prev_hash, position, order, waiting = cursor.fetchone() or (
+                    None,
+                    None,
+                    None,
+                    None,
+                    False,
+                )
+                head = int(head or 0)
                 check_expected_head(session_id, expected_version, head)
                 lookup = _Lookup(conn, self._lineages)
                 new_session = head == 0
                 if new_session:
-                    # A fork's own events continue its parent's versions (nothing is copied).
-                    head = fork_base(lookup, session_id, prepared[0].event)
+                    # A fork's own events continue its parent's versions and chain (nothing is copied).
+                    head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
+                if placing and waiting:
+                    # Rows another writer committed wait for their place: theirs come first.
+                    placed, placed_order = place_unplaced(conn)
+                    if placed:
+                        position, order = placed, placed_order
                 with gc_paused():
                     check_semantics(lookup, session_id, head, prepared, new_session=new_session)
+                    heads = Heads(
+                        head,
+                        prev_hash,
+                        (int(position or 0)) if placing else None,
+                        order or GENESIS_HASH,
+                    )
                     batch = link_batch(
-                        session_id,
-                        prepared,
-                        head=head,
-                        position=0 if position is None else int(position),
-                        prev_hash=GENESIS_HASH if prev_hash is None else prev_hash,
-                        recorded_at=now(),
-                        times=times,
+                        session_id, prepared, heads, salt=self.salt, recorded_at=now(), times=times
                     )
                 # The inserts and the commit in one round trip: from here on, a lost connection
                 # leaves the outcome unknown (whole or nothing), and the message says so.
-                within = self.has_within_hooks()
+                within = placing and self.has_within_hooks()
                 if not within:
                     committing = True
                 with conn.pipeline(), conn.cursor() as insert:
@@ -176,7 +214,45 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 if isinstance(exc, psycopg.Error):
                     raise translated(exc, self.where, _MAYBE_STORED if committing else _NOT_STORED) from exc
                 raise
-        return batch.records
+            if placing:
+                return batch.records
+            # Committed, not placed yet: place it now (and whatever else waits).
+            try:
+                _, positions = self._place(conn, [r.event_id for r in batch.records])
+            except psycopg.Error as exc:
+                raise translated(exc, self.where, _PLACING) from exc
+        return [replace(r, position=positions[r.event_id]) for r in batch.records]
+
+    def _place(self, conn: Connection, event_ids: list[str]) -> tuple[int, dict[str, int]]:
+        """Place the committed unplaced rows under the store's lock; returns the last position
+        placed (0 for none) and the positions of ``event_ids``."""
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
+            last, _ = place_unplaced(conn)
+            found = conn.execute(
+                f"SELECT event_id, position FROM {EVENT_TABLE} WHERE event_id = ANY(%s)", (event_ids,)
+            ).fetchall()
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                suppress_closed(lambda: conn.execute("ROLLBACK"))
+            raise
+        return last, {event_id: int(position) for event_id, position in found}
+
+    def place_waiting(self) -> int:
+        """Place rows whose writer committed them but stopped before placing them (it was killed, or
+        lost its connection); returns the last position placed, 0 when none waited."""
+        if getattr(self, "refuse_appends", False):
+            return 0
+        with self.connection() as conn:
+            waiting = conn.execute(f"SELECT EXISTS (SELECT 1 FROM {EVENT_TABLE} WHERE position IS NULL)")
+            if not (waiting.fetchone() or (False,))[0]:
+                return 0
+            with translate(self.where):
+                last, _ = self._place(conn, [])
+        return last
 
     def _already_stored(
         self, conn: Connection, session_id: str, prepared: list[Prepared]
@@ -185,11 +261,14 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         found: dict[str, tuple[Any, ...]] = {
             row[0]: row
             for row in conn.execute(
-                "SELECT event_id, session_id, type, payload, blob_id FROM events WHERE event_id = ANY(%s)",
+                "SELECT event_id, session_id, type, payload, blob_id, position IS NULL "
+                f"FROM {EVENT_TABLE} WHERE event_id = ANY(%s)",
                 (ids,),
             )
         }
         if not is_retry(found, session_id, prepared):
             return None
+        if any(row[5] for row in found.values()):  # stored, but its writer stopped before placing it
+            self._place(conn, [])
         by_id = {r.event_id: r for r in select_records(conn, "WHERE e.event_id = ANY(%s)", (ids,))}
         return [by_id[event_id] for event_id in ids]

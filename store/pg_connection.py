@@ -23,8 +23,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from turnlog.store.append_rules import Segments, event_tokens
 from turnlog.store.base import EventStore
 from turnlog.store.chain import now
+from turnlog.store.chain_migration import relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from turnlog.store.events import Event
+from turnlog.store.pg_chain import PgRelink
 from turnlog.store.pg_schema import MIGRATIONS
 from turnlog.store.schema import pending
 from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
@@ -64,8 +66,30 @@ class PostgresBase(EventStore):
         self.schema = schema
         self.tokenizer = tokenizer
         self.lock_key = lock_key(schema)
+        self.session_lock_space = self.lock_key & 0x7FFFFFFF
+        """The first key of the sessions' advisory locks (the second is the session id's hashtext)."""
         self._lineages: dict[str, Segments] = {}
         self._close_lock = threading.Lock()
+        self._salt: bytes | None = None
+
+    @property
+    def salt(self) -> bytes:
+        """The store's salt (the key of its payload digests: store.chain)."""
+        if self._salt is None:
+            with self.connection() as conn:
+                row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'salt'").fetchone()
+            if row is None:
+                raise CorruptStoreError(f"{self.where}: the store records no salt; run `turnlog verify`")
+            self._salt = bytes.fromhex(row[0])
+        return self._salt
+
+    def adopt_salt(self, salt: bytes) -> None:
+        with self.connection() as conn, translate(self.where), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
+            if conn.execute("SELECT 1 FROM event_log LIMIT 1").fetchone() is not None:
+                raise StoreError(f"{self.where} holds events: its salt cannot change")
+            conn.execute("UPDATE turnlog_meta SET value = %s WHERE key = 'salt'", (salt.hex(),))
+        self._salt = salt
 
     @classmethod
     def open(
@@ -105,6 +129,7 @@ class PostgresBase(EventStore):
         try:
             with translate(where):
                 recorded = _migrate(conn, where, schema, tokenizer or DEFAULT_ENCODING, create)
+                salt = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'salt'").fetchone()
         finally:
             conn.close()
         if tokenizer is not None and tokenizer != recorded:
@@ -129,7 +154,9 @@ class PostgresBase(EventStore):
         except BaseException:
             pool.close()  # its workers stop: nothing is left trying to connect
             raise
-        return cls(pool, where, schema, loaded)
+        store = cls(pool, where, schema, loaded)
+        store._salt = bytes.fromhex(salt[0]) if salt else None
+        return store
 
     def count_event_tokens(self, event: Event) -> int:
         """The tokens an event adds, with this store's tokenizer (see store.append_rules.event_tokens)."""
@@ -258,6 +285,10 @@ def _migrate(conn: Connection, where: str, schema: str, tokenizer: str, create: 
         applied = [row[0] for row in conn.execute("SELECT version FROM turnlog_migrations")]
         for migration in pending(MIGRATIONS, applied, where):
             conn.execute(migration.sql.encode())  # no parameters: the simple protocol runs them all
+            if migration.relink:
+                relink(PgRelink(conn), where)
+            if migration.after:
+                conn.execute(migration.after.encode())
             conn.execute(
                 "INSERT INTO turnlog_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
                 (migration.version, migration.name, now()),

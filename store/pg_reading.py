@@ -13,9 +13,11 @@ from turnlog.store.errors import (
     InvalidEventError,
     UnknownEventError,
 )
+from turnlog.store.pg_chain import pg_hash_at
 from turnlog.store.pg_connection import Connection, PostgresBase
-from turnlog.store.pg_schema import REFUSE_FUNCTION, TRIGGERS
+from turnlog.store.pg_schema import EVENT_TABLE, TRIGGERS
 from turnlog.store.rows import (
+    EVENT_COLUMNS,
     EVENT_SELECT,
     blob_from_row,
     event_ref,
@@ -41,12 +43,15 @@ def select_records(conn: Connection, where: str, params: Sequence[Any]) -> list[
     return records_from_rows(conn.execute(f"{EVENT_SELECT} {where}", params))
 
 
-def pg_lineage(conn: Connection, session_id: str, cache: dict[str, Segments]) -> Segments:
-    """(session, first version, last version) segments of a session's history, oldest first."""
+def pg_lineage(
+    conn: Connection, session_id: str, cache: dict[str, Segments], table: str = "events"
+) -> Segments:
+    """(session, first version, last version) segments of a session's history, oldest first (from the
+    placed events, or from every row with ``table="event_log"``)."""
 
     def first_row(sid: str) -> tuple[str, str] | None:
         row = conn.execute(
-            "SELECT type, payload FROM events WHERE session_id = %s ORDER BY version LIMIT 1", (sid,)
+            f"SELECT type, payload FROM {table} WHERE session_id = %s ORDER BY version LIMIT 1", (sid,)
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
@@ -249,19 +254,37 @@ class PgReadingStore(PostgresBase):
 
     # --- verifying -----------------------------------------------------------------------------
 
+    def place_waiting(self) -> int:
+        """Place rows committed but not yet placed in the order (store.pg_append does)."""
+        return 0
+
     def verify(self, *, quick: bool = False) -> VerifyReport:
         """Check the immutability triggers (present and enabled), the hash chain and gapless
         positions, that every row decodes, every stored token count, and the content blobs.
         (``quick`` changes nothing here: PostgreSQL has no faster whole-database check to choose.)"""
         findings = Findings(VerifyReport())
+        self.place_waiting()
         with self.snapshot() as conn:
             self._check_triggers(conn, findings)
-            check = ChainCheck(findings, self.count_event_tokens, self.tokenizer, _NO_LIMIT)
+            unplaced = conn.execute(f"SELECT count(*) FROM {EVENT_TABLE} WHERE position IS NULL").fetchone()
+            if unplaced and unplaced[0]:
+                findings.add(
+                    None,
+                    f"{unplaced[0]} events are stored but not placed in the global order (their writers "
+                    "stopped before placing them): open the store for writing, e.g. `turnlog verify` "
+                    "without a read-only role, to place them",
+                )
+            check = ChainCheck(
+                findings, self.count_event_tokens, self.tokenizer, _NO_LIMIT, self.salt, pg_hash_at(conn)
+            )
             with conn.cursor(name="turnlog_verify_events") as cursor:
                 cursor.itersize = 2000
-                cursor.execute(f"{EVENT_SELECT} ORDER BY e.position")
+                cursor.execute(
+                    f"SELECT {EVENT_COLUMNS}, e.payload_digest, e.order_hash "
+                    "FROM events e LEFT JOIN blobs b ON b.id = e.blob_id ORDER BY e.position"
+                )
                 for row in cursor:
-                    check.row(row, row[8])
+                    check.row(row, row[8], row[14], row[15])
             with conn.cursor(name="turnlog_verify_blobs") as cursor:
                 cursor.itersize = 200
                 cursor.execute("SELECT id, size, codec, data FROM blobs ORDER BY id")
@@ -288,17 +311,18 @@ class PgReadingStore(PostgresBase):
                 "SELECT t.tgname, c.relname, t.tgenabled, p.proname FROM pg_trigger t "
                 "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "JOIN pg_proc p ON p.oid = t.tgfoid "
-                "WHERE n.nspname = %s AND c.relname IN ('events', 'blobs') AND NOT t.tgisinternal",
+                "WHERE n.nspname = %s AND c.relname IN ('event_log', 'events', 'blobs') "
+                "AND NOT t.tgisinternal",
                 (self.schema,),
             )
         }
-        for name, (table, _) in TRIGGERS.items():
+        for name, (table, _, function) in TRIGGERS.items():
             found = stored.get(name)
             if found is None:
                 findings.add(
                     None, f"trigger {name} is missing: the log is no longer protected against changes"
                 )
-            elif found[0] != table or found[2] != REFUSE_FUNCTION:
+            elif found[0] != table or found[2] != function:
                 findings.add(None, f"trigger {name} was altered: it is not the one turnlog created")
             elif found[1] == "D":
                 findings.add(None, f"trigger {name} is disabled: the log is not protected against changes")

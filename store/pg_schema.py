@@ -13,7 +13,7 @@ from __future__ import annotations
 from turnlog.store.limits import MAX_TOKENS
 from turnlog.store.schema import Migration
 
-TRIGGERS: dict[str, tuple[str, str]] = {
+_TRIGGERS_V1: dict[str, tuple[str, str]] = {
     "events_no_update": ("events", "UPDATE"),
     "events_no_delete": ("events", "DELETE"),
     "events_no_truncate": ("events", "TRUNCATE"),
@@ -21,9 +21,22 @@ TRIGGERS: dict[str, tuple[str, str]] = {
     "blobs_no_delete": ("blobs", "DELETE"),
     "blobs_no_truncate": ("blobs", "TRUNCATE"),
 }
-"""Every immutability trigger of a current store: name -> (table, operation refused)."""
 
 REFUSE_FUNCTION = "turnlog_refuse_change"
+ORDER_ONLY_FUNCTION = "turnlog_order_only"
+
+TRIGGERS: dict[str, tuple[str, str, str]] = {
+    "events_no_update": ("event_log", "UPDATE", ORDER_ONLY_FUNCTION),
+    "events_no_delete": ("event_log", "DELETE", REFUSE_FUNCTION),
+    "events_no_truncate": ("event_log", "TRUNCATE", REFUSE_FUNCTION),
+    "blobs_no_update": ("blobs", "UPDATE", REFUSE_FUNCTION),
+    "blobs_no_delete": ("blobs", "DELETE", REFUSE_FUNCTION),
+    "blobs_no_truncate": ("blobs", "TRUNCATE", REFUSE_FUNCTION),
+}
+"""Every immutability trigger of a current store: name -> (table, operation refused, its function)."""
+
+EVENT_TABLE = "event_log"
+"""The table appends insert into; readers read the view ``events`` (the events placed in the order)."""
 
 
 def _trigger(name: str, table: str, operation: str) -> str:
@@ -92,7 +105,75 @@ END
 $$;
 COMMENT ON FUNCTION {REFUSE_FUNCTION}() IS 'turnlog: refuses every change to the log';
 """
-        + "".join(_trigger(name, table, op) for name, (table, op) in TRIGGERS.items()),
+        + "".join(_trigger(name, table, op) for name, (table, op) in _TRIGGERS_V1.items()),
+    ),
+)
+
+_COLUMNS = (
+    "position, session_id, version, event_id, type, schema_version, payload, blob_id, tokens, "
+    "recorded_at, prev_hash, hash, payload_digest, order_hash"
+)
+
+# Migration 2, the v2 chain: writers of different sessions no longer share a head. A row is inserted
+# without a place in the global order (position and order_hash NULL) when another writer is placing
+# rows; the writer places it right after its commit (store.pg_append). The physical table becomes
+# event_log; the view events shows the placed rows only, so every reader sees a gapless prefix.
+MIGRATIONS += (
+    Migration(
+        2,
+        "v2 hash chain: per-session chains, payload digests, the order chain placed after commit",
+        f"""
+DROP TRIGGER events_no_update ON events;
+ALTER TABLE events RENAME TO event_log;
+ALTER TABLE event_log
+    ADD COLUMN payload_digest text,
+    ADD COLUMN order_hash text,
+    ADD COLUMN row_id bigint GENERATED ALWAYS AS IDENTITY;
+ALTER TABLE event_log DROP CONSTRAINT events_pkey;
+ALTER TABLE event_log ALTER COLUMN position DROP NOT NULL;
+ALTER TABLE event_log ADD CONSTRAINT event_log_pkey PRIMARY KEY (row_id);
+ALTER TABLE event_log ADD CONSTRAINT events_position_key UNIQUE (position);
+CREATE INDEX event_log_unplaced ON event_log (row_id) WHERE position IS NULL;
+COMMENT ON TABLE event_log IS
+    'turnlog: the append-only, hash-chained event log; immutable but for placing a row in the order '
+    'once (see turnlog verify). Read the view events';
+COMMENT ON COLUMN event_log.position IS
+    'global position, 1, 2, 3, ... with no gaps; NULL for the moment between a commit and its placing';
+COMMENT ON COLUMN event_log.prev_hash IS 'hash of the session''s previous event (a fork: its parent''s)';
+COMMENT ON COLUMN event_log.hash IS 'sha256 of the event''s fields, payload_digest and prev_hash (v2)';
+COMMENT ON COLUMN event_log.payload_digest IS 'HMAC-SHA256 of the payload under the store''s salt';
+COMMENT ON COLUMN event_log.order_hash IS 'sha256 of the previous position''s order_hash, position and hash';
+COMMENT ON COLUMN event_log.row_id IS 'insertion order: rows are placed in it';
+CREATE VIEW events AS SELECT {_COLUMNS} FROM event_log WHERE position IS NOT NULL;
+COMMENT ON VIEW events IS 'turnlog: the events placed in the global order (what every reader reads)';
+""",
+        relink=True,
+        after=f"""
+ALTER TABLE event_log ALTER COLUMN payload_digest SET NOT NULL;
+ALTER TABLE event_log ADD CONSTRAINT event_log_placed_whole
+    CHECK ((position IS NULL) = (order_hash IS NULL));
+CREATE FUNCTION {ORDER_ONLY_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.position IS NULL AND NEW.position IS NOT NULL
+        AND (NEW.row_id, NEW.session_id, NEW.version, NEW.event_id, NEW.type, NEW.schema_version,
+             NEW.payload, NEW.blob_id, NEW.tokens, NEW.recorded_at, NEW.prev_hash, NEW.hash,
+             NEW.payload_digest)
+        IS NOT DISTINCT FROM
+            (OLD.row_id, OLD.session_id, OLD.version, OLD.event_id, OLD.type, OLD.schema_version,
+             OLD.payload, OLD.blob_id, OLD.tokens, OLD.recorded_at, OLD.prev_hash, OLD.hash,
+             OLD.payload_digest)
+    THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'turnlog: events are immutable; UPDATE is refused (only an unplaced row may be placed)'
+        USING ERRCODE = 'integrity_constraint_violation';
+END
+$$;
+COMMENT ON FUNCTION {ORDER_ONLY_FUNCTION}() IS
+    'turnlog: refuses every change to the log but placing a row in the order once';
+CREATE TRIGGER events_no_update BEFORE UPDATE ON event_log FOR EACH ROW
+    EXECUTE FUNCTION {ORDER_ONLY_FUNCTION}();
+""",
     ),
 )
 

@@ -17,8 +17,6 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from turnlog.store.base import Blob, OriginItem, RecordedEvent
-from turnlog.store.chain import GENESIS_HASH as GENESIS_HASH  # re-exported: verify and tests import them here
-from turnlog.store.chain import event_hash as event_hash
 from turnlog.store.errors import CorruptStoreError, UnknownArtifactError, UnknownEventError
 from turnlog.store.events import (
     CURRENT_VERSIONS,
@@ -137,6 +135,40 @@ def lineage_from(
     if row is not None:  # the facts of an existing session never change
         cache[session_id] = segments
     return segments
+
+
+def hash_in_lineage(
+    first_row: Callable[[str], tuple[str, str] | None],
+    hash_of: Callable[[str, int], str | None],
+    session_id: str,
+    version: int,
+    cache: dict[str, list[tuple[str, int, int]]],
+) -> str | None:
+    """The stored hash of a session's event at ``version``, in whichever session of its lineage holds
+    it (``hash_of`` reads one session's own row); None when there is none."""
+    for sid, lo, hi in lineage_from(first_row, session_id, cache):
+        if lo <= version <= hi:
+            return hash_of(sid, version)
+    return None
+
+
+def sqlite_hash_at(conn: sqlite3.Connection) -> Callable[[str, int], str | None]:
+    """hash_at for ChainCheck on an SQLite connection."""
+    cache: dict[str, list[tuple[str, int, int]]] = {}
+
+    def first_row(sid: str) -> tuple[str, str] | None:
+        row = conn.execute(
+            "SELECT type, payload FROM events WHERE session_id = ? ORDER BY version LIMIT 1", (sid,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def hash_of(sid: str, version: int) -> str | None:
+        row = conn.execute(
+            "SELECT hash FROM events WHERE session_id = ? AND version = ?", (sid, version)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    return lambda sid, version: hash_in_lineage(first_row, hash_of, sid, version, cache)
 
 
 def blob_from_row(blob_id: str, row: Sequence[Any] | None) -> Blob:

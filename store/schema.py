@@ -16,6 +16,9 @@ class Migration:
     version: int
     name: str
     sql: str
+    relink: bool = False
+    """Re-hash the log under the v2 chain after ``sql`` (store.chain_migration), then run ``after``."""
+    after: str = ""
 
 
 _IMMUTABLE_EVENTS = """
@@ -121,7 +124,7 @@ ALTER TABLE blobs_v2 RENAME TO blobs;
 # blob insert that meets a stored id is ignored (RAISE(IGNORE)), as append's INSERT OR IGNORE wants:
 # a REPLACE cannot swap a blob's bytes. The deferred token count may go from NULL to a count in range,
 # and nothing else may change. verify compares the stored trigger SQL with TRIGGERS.
-TRIGGERS: dict[str, str] = {
+_TRIGGERS_V3: dict[str, str] = {
     "events_no_delete": """CREATE TRIGGER events_no_delete BEFORE DELETE ON events
 BEGIN
     SELECT RAISE(ABORT, 'turnlog: events are immutable; DELETE is refused');
@@ -168,15 +171,50 @@ BEGIN
     SELECT RAISE(IGNORE);
 END""",
 }
-"""Every trigger of a current store, by name, exactly as created (verify checks them)."""
+"""The triggers migration 3 created (released: never edited)."""
 
 MIGRATIONS += (
     Migration(
         3,
         "immutability against REPLACE",
-        "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in TRIGGERS)
+        "\n".join(f"DROP TRIGGER IF EXISTS {name};" for name in _TRIGGERS_V3)
         + "\n"
-        + "".join(f"\n{sql};\n" for sql in TRIGGERS.values()),
+        + "".join(f"\n{sql};\n" for sql in _TRIGGERS_V3.values()),
+    ),
+)
+
+# Migration 4 (the v2 chain): the payload's digest and the order chain get columns of their own, and
+# no UPDATE may change them (nor any other column but a missing token count).
+TRIGGERS: dict[str, str] = dict(
+    _TRIGGERS_V3,
+    events_no_update="""CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+WHEN NOT (
+    OLD.tokens IS NULL AND NEW.tokens IS NOT NULL
+    AND typeof(NEW.tokens) = 'integer' AND NEW.tokens BETWEEN 0 AND 4294967295
+    AND NEW.position IS OLD.position AND NEW.session_id IS OLD.session_id
+    AND NEW.version IS OLD.version AND NEW.event_id IS OLD.event_id
+    AND NEW.type IS OLD.type AND NEW.schema_version IS OLD.schema_version
+    AND NEW.payload IS OLD.payload AND NEW.blob_id IS OLD.blob_id
+    AND NEW.recorded_at IS OLD.recorded_at AND NEW.prev_hash IS OLD.prev_hash
+    AND NEW.hash IS OLD.hash AND NEW.payload_digest IS OLD.payload_digest
+    AND NEW.order_hash IS OLD.order_hash
+)
+BEGIN
+    SELECT RAISE(ABORT,
+        'turnlog: events are immutable; UPDATE is refused (only a missing token count may be filled in)');
+END""",
+)
+"""Every trigger of a current store, by name, exactly as created (verify checks them)."""
+
+MIGRATIONS += (
+    Migration(
+        4,
+        "v2 hash chain: per-session chains, payload digests, the order chain",
+        "DROP TRIGGER IF EXISTS events_no_update;\n"
+        "ALTER TABLE events ADD COLUMN payload_digest TEXT;\n"
+        "ALTER TABLE events ADD COLUMN order_hash TEXT;\n",
+        relink=True,
+        after=f"\n{TRIGGERS['events_no_update']};\n",
     ),
 )
 

@@ -18,18 +18,26 @@ from turnlog.store.append_rules import (
     check_expected_head,
     check_semantics,
     chunks,
-    fork_base,
+    fork_link,
     is_retry,
     prepare_event,
 )
 from turnlog.store.appender import BatchAppender
 from turnlog.store.base import Expected, RecordedEvent
-from turnlog.store.chain import GENESIS_HASH, link_batch, now
+from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch, now
 from turnlog.store.errors import StoreError
 from turnlog.store.rows import gc_paused
 from turnlog.store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
 __all__ = ["INLINE_LIMIT", "MAX_BATCH", "MAX_CONTENT_BYTES", "AppendingStore"]
+
+_HEADS = (
+    "SELECT s.version, s.hash, g.position, g.order_hash FROM (SELECT 1) "
+    "LEFT JOIN (SELECT version, hash FROM events WHERE session_id = ? "
+    "ORDER BY version DESC LIMIT 1) s ON TRUE "
+    "LEFT JOIN (SELECT position, order_hash FROM events ORDER BY position DESC LIMIT 1) g ON TRUE"
+)
+_INSERT = f"INSERT INTO events ({INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})"
 
 
 class _Lookup:
@@ -52,6 +60,12 @@ class _Lookup:
 
     def head_version(self, session_id: str) -> int:
         return head_version_of(self.conn, session_id)
+
+    def hash_of(self, session_id: str, version: int) -> str | None:
+        row = self.conn.execute(
+            "SELECT hash FROM events WHERE session_id = ? AND version = ?", (session_id, version)
+        ).fetchone()
+        return None if row is None else str(row[0])
 
 
 class AppendingStore(BatchAppender, ReadingStore):
@@ -97,29 +111,23 @@ class AppendingStore(BatchAppender, ReadingStore):
     ) -> list[RecordedEvent]:
         """The append itself, inside the write transaction. Duplicate ids surface as StoredEventId
         from the insert (the UNIQUE index checks them), not from a lookup of every id first."""
-        # One statement for the facts an append needs, since each round trip counts.
-        head, position, prev_hash = conn.execute(
-            "SELECT (SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?), "
-            "(SELECT position FROM events ORDER BY position DESC LIMIT 1), "
-            "(SELECT hash FROM events ORDER BY position DESC LIMIT 1)",
-            (session_id,),
-        ).fetchone()
+        # One statement for the facts an append needs, since each round trip counts: the session's
+        # last version and hash, the store's last position and order hash.
+        head, prev_hash, position, order = conn.execute(_HEADS, (session_id,)).fetchone()
+        head = head or 0
         check_expected_head(session_id, expected_version, head)
         lookup = _Lookup(conn, self._lineages)
         new_session = head == 0
         if new_session:
-            # A fork's own events continue its parent's versions: the shared prefix keeps the
-            # numbers it has in the parent, and nothing is copied.
-            head = fork_base(lookup, session_id, prepared[0].event)
+            # A fork's own events continue its parent's versions and chain: the shared prefix keeps
+            # the numbers it has in the parent, and nothing is copied.
+            head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
         check_semantics(lookup, session_id, head, prepared, new_session=new_session)
-        if position is None:
-            position, prev_hash = 0, GENESIS_HASH
         batch = link_batch(
             session_id,
             prepared,
-            head=head,
-            position=position,
-            prev_hash=prev_hash,
+            Heads(head, prev_hash, position or 0, order or GENESIS_HASH),
+            salt=self.salt,
             recorded_at=now(),
             times=times,
         )
@@ -129,12 +137,7 @@ class AppendingStore(BatchAppender, ReadingStore):
                 list(batch.blobs.values()),
             )
         try:
-            conn.executemany(
-                "INSERT INTO events (position, session_id, version, event_id, type, "
-                "schema_version, payload, blob_id, tokens, recorded_at, prev_hash, hash) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                batch.rows,
-            )
+            conn.executemany(_INSERT, batch.rows)
         except sqlite3.IntegrityError as exc:
             if "events.event_id" in str(exc):
                 raise StoredEventId from None

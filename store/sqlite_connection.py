@@ -16,8 +16,10 @@ import sqlite_utils
 
 from turnlog.store.base import RecordedEvent, Store
 from turnlog.store.chain import now
+from turnlog.store.chain_migration import Update, V1Row, relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
 from turnlog.store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
+from turnlog.store.rows import sqlite_hash_at
 from turnlog.store.schema import MIGRATIONS, pending
 from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
 
@@ -58,6 +60,24 @@ class SQLiteBase(Store):
         self._scratch = scratch  # the private copy a read-only store reads, removed on close
         memory = path == ":memory:" or path.startswith("file:")
         self._wal_file = None if memory or readonly else path + "-wal"
+        self._salt: bytes | None = None
+
+    @property
+    def salt(self) -> bytes:
+        """The store's salt (the key of its payload digests: store.chain)."""
+        if self._salt is None:
+            row = self.conn.execute("SELECT value FROM turnlog_meta WHERE key = 'salt'").fetchone()
+            if row is None:
+                raise CorruptStoreError(f"{self.path}: the store records no salt; run `turnlog verify`")
+            self._salt = bytes.fromhex(row[0])
+        return self._salt
+
+    def adopt_salt(self, salt: bytes) -> None:
+        with self.atomic() as conn:
+            if conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                raise StoreError(f"{self.path} holds events: its salt cannot change")
+            conn.execute("UPDATE turnlog_meta SET value = ? WHERE key = 'salt'", (salt.hex(),))
+        self._salt = salt
 
     # --- opening ----------------------------------------------------------------------------
 
@@ -382,6 +402,10 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
         for migration in pending(MIGRATIONS, applied, path):
             for statement in _statements(migration.sql):
                 conn.execute(statement)
+            if migration.relink:
+                relink(_Relink(conn), path)
+            for statement in _statements(migration.after):
+                conn.execute(statement)
             conn.execute(
                 "INSERT INTO turnlog_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, now()),
@@ -401,6 +425,42 @@ def _migrate(conn: sqlite3.Connection, path: str, tokenizer: str) -> str:
         conn.execute("ROLLBACK")
         raise
     return str(recorded)
+
+
+class _Relink:
+    """The v2 chain migration's view of a store file (store.chain_migration.RelinkTarget)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.hashes = sqlite_hash_at(conn)
+
+    def rows_after(self, position: int, limit: int) -> list[V1Row]:
+        return self.conn.execute(
+            "SELECT position, session_id, version, event_id, type, schema_version, payload, blob_id, "
+            "recorded_at, prev_hash, hash FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            (position, limit),
+        ).fetchall()
+
+    def write(self, updates: list[Update]) -> None:
+        self.conn.executemany(
+            "UPDATE events SET prev_hash = ?, hash = ?, payload_digest = ?, order_hash = ? "
+            "WHERE position = ?",
+            updates,
+        )
+
+    def hash_at(self, session_id: str, version: int) -> str | None:
+        return self.hashes(session_id, version)
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM turnlog_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO turnlog_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
 
 def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:

@@ -237,6 +237,7 @@ class ReadingStore(TokenCountingStore):
                 conn,
                 self.count_event_tokens,
                 self.tokenizer,
+                salt=self.salt,
                 quick=quick,
                 counted_through=counted_through(conn),
             )

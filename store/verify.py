@@ -12,17 +12,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from turnlog.store.base import VerifyReport
+from turnlog.store.chain import GENESIS_HASH, event_hash, order_hash, payload_digest
+from turnlog.store.chain_migration import fork_of
 from turnlog.store.errors import CorruptStoreError
 from turnlog.store.events import ArtifactWritten, Event, SummaryRecorded, ToolReturned
 from turnlog.store.limits import MAX_TOKENS
 from turnlog.store.rows import (
-    GENESIS_HASH,
     TEXT_AS_BYTES,
     TEXT_COLUMNS,
     BlobDecodeError,
     decode_blob,
-    event_hash,
     record_from_row,
+    sqlite_hash_at,
 )
 from turnlog.store.schema import TRIGGERS
 from turnlog.store.tokenizer import Tokenizer
@@ -62,6 +63,7 @@ def verify_log(
     count: Callable[[Event], int],
     tokenizer: Tokenizer,
     *,
+    salt: bytes,
     quick: bool = False,
     counted_through: int = 0,
 ) -> VerifyReport:
@@ -70,7 +72,7 @@ def verify_log(
     findings = Findings(VerifyReport())
     _check_database(conn, findings, quick)
     _check_triggers(conn, findings)
-    _check_events(conn, findings, count, tokenizer, counted_through)
+    _check_events(conn, findings, count, tokenizer, counted_through, salt)
     _check_blobs(conn, findings)
     return findings.finish()
 
@@ -107,32 +109,55 @@ def _normal(sql: str) -> str:
 
 class ChainCheck:
     """The checks of the events, one row at a time in position order, the same on every backend:
-    gapless positions, the hash chain, session versions, each row decoded, and what was derived
-    from it (token counts, artifact ids and sizes)."""
+    gapless positions and the order chain, each session's chain and versions, the payload digests,
+    each row decoded, and what was derived from it (token counts, artifact ids and sizes).
+    ``hash_at(session, version)`` gives the stored hash of a session's event (following its fork
+    lineage): where a fork's chain starts."""
 
     def __init__(
-        self, findings: Findings, count: Callable[[Event], int], tokenizer: Tokenizer, counted_through: int
+        self,
+        findings: Findings,
+        count: Callable[[Event], int],
+        tokenizer: Tokenizer,
+        counted_through: int,
+        salt: bytes,
+        hash_at: Callable[[str, int], str | None],
     ) -> None:
         self.findings = findings
         self.count = count
         self.tokenizer = tokenizer
         self.counted_through = counted_through
+        self.salt = salt
+        self.hash_at = hash_at
         self.expected_pos = 1
-        self.prev_hash = GENESIS_HASH
+        self.order = GENESIS_HASH
+        self.last_hash: dict[str, str] = {}
         self.versions: dict[str, int] = {}
         findings.report.head_hash = GENESIS_HASH
 
-    def row(self, row: Sequence[Any], tokens: int | None) -> None:
-        """One stored row in record_from_row's order (its tokens column apart)."""
+    def row(self, row: Sequence[Any], tokens: int | None, digest: str | None, order: str | None) -> None:
+        """One stored row in record_from_row's order (its tokens, payload digest and order hash apart)."""
         findings = self.findings
         findings.report.events += 1
-        pos, sid, version, event_id, etype, sv, payload, blob_id, _, at, prev, digest = row[:12]
+        pos, sid, version, event_id, etype, sv, payload, blob_id, _, at, prev, stored_hash = row[:12]
         if pos != self.expected_pos:
             missing = f"{self.expected_pos}" + (f"-{pos - 1}" if pos - 1 > self.expected_pos else "")
             findings.add(self.expected_pos, f"position {missing}: missing (rows were deleted)")
-        if prev != self.prev_hash:
-            findings.add(pos, f"position {pos}: prev_hash does not match the previous event")
-        if event_hash(prev, pos, sid, version, event_id, etype, sv, payload, blob_id, at) != digest:
+        self.order = order_hash(self.order, pos, stored_hash)
+        if order != self.order:
+            findings.add(
+                pos, f"position {pos}: the order chain does not check (events reordered, inserted or removed)"
+            )
+            self.order = order or ""
+        expected_prev = self.last_hash.get(sid)
+        if expected_prev is None:
+            parent = fork_of(etype, payload)
+            expected_prev = GENESIS_HASH if parent is None else self.hash_at(*parent) or ""
+        if prev != expected_prev:
+            findings.add(pos, f"position {pos}: prev_hash does not match the session's previous event")
+        if digest != payload_digest(self.salt, payload):
+            findings.add(pos, f"position {pos}: payload does not match its digest (tampered)")
+        if event_hash(sid, version, prev, event_id, etype, sv, digest or "", blob_id, at) != stored_hash:
             findings.add(pos, f"position {pos}: content does not match its hash (tampered)")
         expected_version = self.versions.get(sid)
         if expected_version is None:
@@ -140,9 +165,9 @@ class ChainCheck:
         if version != expected_version + 1:
             findings.add(pos, f"position {pos}: session {sid!r} version {version} out of order")
         self.versions[sid] = version
-        self.prev_hash = digest
+        self.last_hash[sid] = stored_hash
         self.expected_pos = pos + 1
-        findings.report.head_hash = digest
+        findings.report.head_hash = self.order
         try:
             event = record_from_row(row, trusted=False).event
         except CorruptStoreError as exc:
@@ -159,15 +184,16 @@ def _check_events(
     count: Callable[[Event], int],
     tokenizer: Tokenizer,
     counted_through: int,
+    salt: bytes,
 ) -> None:
-    check = ChainCheck(findings, count, tokenizer, counted_through)
+    check = ChainCheck(findings, count, tokenizer, counted_through, salt, sqlite_hash_at(conn))
     # Text read as bytes: a row that is not UTF-8 is reported, and the rows after it still checked.
     rows = conn.execute(
-        f"SELECT e.position, e.version, e.schema_version, e.tokens, {TEXT_AS_BYTES}, "
-        "CAST(b.codec AS BLOB), b.data FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
+        f"SELECT e.position, e.version, e.schema_version, e.tokens, e.payload_digest, e.order_hash, "
+        f"{TEXT_AS_BYTES}, CAST(b.codec AS BLOB), b.data FROM events e LEFT JOIN blobs b ON b.id = e.blob_id "
         "ORDER BY e.position"
     )
-    for pos, version, sv, tokens, *raw in rows:
+    for pos, version, sv, tokens, digest_column, order_column, *raw in rows:
         texts = dict(zip(TEXT_COLUMNS, raw[: len(TEXT_COLUMNS)], strict=True))
         codec, data = raw[len(TEXT_COLUMNS)], raw[len(TEXT_COLUMNS) + 1]
         decoded: dict[str, str | None] = {}
@@ -204,6 +230,8 @@ def _check_events(
                 data,
             ),
             tokens,
+            digest_column if isinstance(digest_column, str) else None,
+            order_column if isinstance(order_column, str) else None,
         )
 
 

@@ -62,6 +62,7 @@ from turnlog.store import (
     parse_event,
     parse_events_json,
 )
+from turnlog.store.chain import order_hash
 
 # --- strategies ----------------------------------------------------------------------------------
 
@@ -658,13 +659,18 @@ class StoreContract:
             assert store.head_version(session) == len(own)
             assert all(r.session_id == session for r in own)
         assert sum(len(store.read_session(s)) for s in "abc") == total
-        # One chain across every batch and session.
-        assert everything[0].prev_hash == "0" * 64
-        for earlier, later in itertools.pairwise(everything):
-            assert later.prev_hash == earlier.hash
+        # One chain per session, across its batches; the order chain over them all.
+        for session in "abc":
+            own = [r for r in everything if r.session_id == session]
+            assert own[0].prev_hash == "0" * 64
+            for earlier, later in itertools.pairwise(own):
+                assert later.prev_hash == earlier.hash
         assert len({r.hash for r in everything}) == total
+        order = "0" * 64
+        for record in everything:
+            order = order_hash(order, record.position, record.hash)
         report = store.verify()
-        assert report.ok and report.events == total and report.head_hash == everything[-1].hash
+        assert report.ok and report.events == total and report.head_hash == order
 
     # --- idempotent retries ----------------------------------------------------------------------
 

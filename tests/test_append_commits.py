@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import turnlog
+from tests.helpers.forge import forge_row
 from turnlog.projections.context_index import ContextIndex
 from turnlog.projections.registry import materializer
 from turnlog.store import MessageAppended, Origin, SQLiteStore, StoreError
 from turnlog.store.limits import MAX_JSON_DEPTH
-from turnlog.store.rows import event_hash
 from turnlog.store.sqlite import counted_through
 
 
@@ -85,21 +85,7 @@ def _forge_origin_row(path: Path, depth: int) -> int:
     """Append, by hand with a valid hash, a message whose origin item nests ``depth`` levels."""
     text = "[" * (depth - 1) + "]" * (depth - 1)
     payload = '{"role":"user","content":"x","origin":{"framework":"f","item":' + text + "}}"
-    conn = sqlite3.connect(path, isolation_level=None)
-    position, prev = conn.execute(
-        "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
-    ).fetchone()
-    position += 1
-    at = "2025-08-01T10:00:00.000000+00:00"
-    digest = event_hash(prev, position, "s", 2, "forged", "message_appended", 1, payload, None, at)
-    conn.execute(
-        "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
-        "blob_id, tokens, recorded_at, prev_hash, hash) VALUES (?, 's', 2, 'forged', 'message_appended', "
-        "1, ?, NULL, NULL, ?, ?, ?)",
-        (position, payload, at, prev, digest),
-    )
-    conn.close()
-    return int(position)
+    return forge_row(path, "s", "message_appended", payload)
 
 
 def test_verify_still_checks_the_depth_that_reads_trust(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from turnlog.store import (
     ToolReturned,
     parse_event,
 )
+from turnlog.store.chain import event_hash_v1
 from turnlog.store.events import dump_payload, load_stored
 
 _AT = ["2026-01-01T00:00:00.000000Z"] * 2
@@ -36,15 +37,27 @@ def _pair(origin: Origin | None = None) -> list[MessageAppended | ToolReturned]:
     ]
 
 
+def _v1_hashes(s: SQLiteStore) -> list[str]:
+    """The stored rows hashed as the v1 chain did (their payload text and every column)."""
+    hashes, prev = [], "0" * 64
+    for row in s.conn.execute(
+        "SELECT position, session_id, version, event_id, type, schema_version, payload, blob_id, recorded_at "
+        "FROM events ORDER BY position"
+    ):
+        prev = event_hash_v1(prev, *row)
+        hashes.append(prev)
+    return hashes
+
+
 def test_an_event_without_origin_is_stored_and_hashed_as_before() -> None:
     with SQLiteStore.open(":memory:") as s:
-        records = s.append("s", _pair(), recorded_at=_AT)
-        assert [r.hash for r in records] == _HASHES_BEFORE_ORIGIN
+        s.append("s", _pair(), recorded_at=_AT)
+        assert _v1_hashes(s) == _HASHES_BEFORE_ORIGIN
         payloads = [row[0] for row in s.conn.execute("SELECT payload FROM events ORDER BY position")]
         assert all("origin" not in p for p in payloads)
     with SQLiteStore.open(":memory:") as s:  # the check can fail: an origin changes the hash
-        records = s.append("s", _pair(Origin(framework="x", item=None)), recorded_at=_AT)
-        assert [r.hash for r in records] != _HASHES_BEFORE_ORIGIN
+        s.append("s", _pair(Origin(framework="x", item=None)), recorded_at=_AT)
+        assert _v1_hashes(s) != _HASHES_BEFORE_ORIGIN
 
 
 def test_origin_round_trips_verbatim() -> None:

@@ -181,15 +181,20 @@ def test_sigkill_of_writers_mid_append_loses_no_acknowledged_event(
         assert store.verify().ok
 
 
-def _wait_for_lock_waiter(conn: psycopg.Connection, key: int) -> int:
-    """The pid of the backend waiting for the store's advisory lock (the append in progress)."""
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key shows as classid (high half), objid (low)
+def _wait_for_lock_waiter(conn: psycopg.Connection, key: int, second: int | None = None) -> int:
+    """The pid of the backend waiting for an advisory lock: the store's (one bigint ``key``), or a
+    session's (``key`` and ``second``, two int4 keys)."""
+    if second is None:
+        unsigned = key & 0xFFFF_FFFF_FFFF_FFFF  # a bigint key shows as classid (high half), objid (low)
+        keys = (unsigned >> 32, unsigned & 0xFFFF_FFFF, 1)
+    else:
+        keys = (key & 0xFFFF_FFFF, second & 0xFFFF_FFFF, 2)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         row = conn.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1",
-            (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+            "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = %s",
+            keys,
         ).fetchone()
         if row:
             return int(row[0])
@@ -211,16 +216,17 @@ def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(
             except BaseException as exc:
                 outcome.append(exc)
 
-        # Another session holds the store's lock, so the append waits inside its transaction
+        # Another connection holds the session's lock, so the append waits inside its transaction
         # (its BEGIN sent): the moment a server-side failure can leave a partial batch, if anything can.
         with psycopg.connect(pg_url(), autocommit=True) as other:
-            other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
+            second = other.execute("SELECT hashtext('s')").fetchone()[0]
+            other.execute("SELECT pg_advisory_lock(%s, %s)", (store.session_lock_space, second))
             thread = threading.Thread(target=append)
             thread.start()
-            pid = _wait_for_lock_waiter(other, store.lock_key)
+            pid = _wait_for_lock_waiter(other, store.session_lock_space, second)
             assert other.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
             thread.join(timeout=20)
-            other.execute("SELECT pg_advisory_unlock(%s)", (store.lock_key,))
+            other.execute("SELECT pg_advisory_unlock(%s, %s)", (store.session_lock_space, second))
         (error,) = outcome
         assert isinstance(error, StoreError), repr(error)
         text = str(error)
@@ -237,6 +243,47 @@ def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(
         assert [r.version for r in records] == list(range(2, 52))
         assert store.append("s", batch) == records
         assert store.verify().ok
+
+
+def test_a_connection_lost_before_its_rows_are_placed_is_said_and_healed(pg_schema: str) -> None:
+    """Another writer holds the store's lock: the append commits its rows unplaced, then waits to
+    place them. Lost there, the batch is stored but unseen; the error says so; a retry of the same
+    batch, any later append, or verify places it, once and whole."""
+    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=2) as store:
+        store.append("s", [msg("before")])
+        before = snapshot(store)
+        batch = [MessageAppended(role="user", content=f"m{i}") for i in range(20)]
+        outcome: list[BaseException | None] = []
+
+        def append() -> None:
+            try:
+                store.append("s", batch)
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        with psycopg.connect(pg_url(), autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
+            thread = threading.Thread(target=append)
+            thread.start()
+            pid = _wait_for_lock_waiter(other, store.lock_key)
+            unplaced = other.execute(
+                f"SELECT count(*) FROM {pg_schema}.event_log WHERE position IS NULL"
+            ).fetchone()
+            assert unplaced == (20,)
+            assert snapshot(store) == before  # readers see only placed rows
+            assert other.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+            thread.join(timeout=20)
+            other.execute("SELECT pg_advisory_unlock(%s)", (store.lock_key,))
+        (error,) = outcome
+        assert isinstance(error, StoreError) and "\n" not in str(error)
+        assert "stored but not yet placed in the global order" in str(error)
+        assert snapshot(store) == before
+        records = store.append("s", batch)  # the retry finds the batch and places it
+        assert [r.position for r in records] == list(range(2, 22))
+        assert [r.version for r in records] == list(range(2, 22))
+        assert store.append("s", batch) == records
+        assert store.verify().ok and store.head_position() == 21
 
 
 def test_a_connection_ended_while_idle_in_the_pool_is_replaced(

@@ -3,11 +3,11 @@ decoding the events (what the adapters' full reads use)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.forge import forge_row
 from turnlog.store import (
     CorruptStoreError,
     ForkPoint,
@@ -18,7 +18,6 @@ from turnlog.store import (
     SQLiteStore,
     UsageRecorded,
 )
-from turnlog.store.rows import event_hash
 
 
 def _msg(i: int, framework: str | None = "f") -> MessageAppended:
@@ -54,19 +53,7 @@ def test_a_row_that_cannot_be_parsed_names_its_position(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     with SQLiteStore.open(path) as store:
         store.append("s", [_msg(1)])
-    conn = sqlite3.connect(path, isolation_level=None)
-    position, prev = conn.execute(
-        "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
-    ).fetchone()
     payload = '{"role":"user","content":"x","origin":{"framework":"f","item":[unterminated'
-    at = "2025-08-01T10:00:00.000000+00:00"
-    digest = event_hash(prev, position + 1, "s", 2, "forged", "message_appended", 1, payload, None, at)
-    conn.execute(
-        "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
-        "blob_id, tokens, recorded_at, prev_hash, hash) VALUES (?, 's', 2, 'forged', 'message_appended', "
-        "1, ?, NULL, NULL, ?, ?, ?)",
-        (position + 1, payload, at, prev, digest),
-    )
-    conn.close()
+    position = forge_row(path, "s", "message_appended", payload) - 1
     with SQLiteStore.open(path) as store, pytest.raises(CorruptStoreError, match=f"position {position + 1}"):
         store.read_origins("s")

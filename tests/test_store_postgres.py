@@ -106,21 +106,25 @@ def pg(pg_schema: str) -> Iterator[PostgresStore]:
 
 def test_the_schema_is_recorded_in_its_migrations_table(pg: PostgresStore) -> None:
     rows = sql("SELECT version, name FROM turnlog_migrations ORDER BY version", pg.schema)
-    assert rows == [(1, "event log")] and LATEST_VERSION == 1
+    assert [row[0] for row in rows] == [1, 2] and LATEST_VERSION == 2
     keys = {row[0] for row in sql("SELECT key FROM turnlog_meta", pg.schema)}
-    assert keys == {"tokenizer", "created_at", "store_id"}
-    comment = sql("SELECT obj_description('events'::regclass, 'pg_class')", pg.schema)[0][0]
+    assert keys == {"tokenizer", "created_at", "store_id", "salt", "chain"}
+    comment = sql("SELECT obj_description('event_log'::regclass, 'pg_class')", pg.schema)[0][0]
     assert "append-only" in str(comment)
+    view = sql("SELECT obj_description('events'::regclass, 'pg_class')", pg.schema)[0][0]
+    assert "placed in the global order" in str(view)
     constraints = {
         row[0]
-        for row in sql("SELECT conname FROM pg_constraint WHERE conrelid = 'events'::regclass", pg.schema)
+        for row in sql("SELECT conname FROM pg_constraint WHERE conrelid = 'event_log'::regclass", pg.schema)
     }
     assert {
-        "events_pkey",
+        "event_log_pkey",
+        "events_position_key",
         "events_event_id_key",
         "events_session_version_key",
         "events_blob_id_fkey",
         "events_tokens_in_range",
+        "event_log_placed_whole",
     } <= constraints
     types = dict(
         sql(
@@ -138,7 +142,7 @@ def test_the_schema_is_recorded_in_its_migrations_table(pg: PostgresStore) -> No
     # Opened again, nothing is applied twice.
     with PostgresStore.open(pg_url(), schema=pg.schema) as again:
         assert again.head_position() == 0
-    assert len(sql("SELECT * FROM turnlog_migrations", pg.schema)) == 1
+    assert len(sql("SELECT * FROM turnlog_migrations", pg.schema)) == 2
 
 
 def test_a_newer_schema_is_refused(pg: PostgresStore) -> None:
@@ -195,11 +199,16 @@ def _filled(s: EventStore) -> None:
         "UPDATE events SET tokens = tokens + 1",
         "DELETE FROM events WHERE position = 2",
         "DELETE FROM events",
-        "TRUNCATE events CASCADE",
+        "TRUNCATE event_log CASCADE",
+        "UPDATE event_log SET position = position + 100 WHERE position = 2",
+        "UPDATE event_log SET order_hash = hash WHERE position = 2",
         "UPDATE blobs SET data = '\\x00'",
         "DELETE FROM blobs",
         "TRUNCATE blobs CASCADE",
-        "INSERT INTO events SELECT * FROM events WHERE position = 2 "
+        "INSERT INTO event_log (position, session_id, version, event_id, type, schema_version, payload, "
+        "tokens, recorded_at, prev_hash, hash, payload_digest, order_hash) SELECT position, session_id, "
+        "version, event_id, type, schema_version, payload, tokens, recorded_at, prev_hash, hash, "
+        "payload_digest, order_hash FROM events WHERE position = 2 "
         "ON CONFLICT (position) DO UPDATE SET payload = '{}'",
     ],
 )
@@ -215,18 +224,18 @@ def test_the_database_refuses_changes_to_the_log(pg: PostgresStore, statement: s
 def test_verify_finds_tampering_past_disabled_triggers(pg: PostgresStore) -> None:
     _filled(pg)
     assert pg.verify().ok
-    sql("ALTER TABLE events DISABLE TRIGGER events_no_update", pg.schema)
+    sql("ALTER TABLE event_log DISABLE TRIGGER events_no_update", pg.schema)
     sql("""UPDATE events SET payload = '{"role":"user","content":"forged"}' WHERE position = 3""", pg.schema)
     report = pg.verify()
     assert not report.ok
     assert report.first_bad_position == 3
     assert any("events_no_update is disabled" in p for p in report.problems)
-    assert any("position 3: content does not match its hash" in p for p in report.problems)
+    assert any("position 3: payload does not match its digest" in p for p in report.problems)
 
 
 def test_verify_finds_a_deleted_event_and_a_missing_trigger(pg: PostgresStore) -> None:
     _filled(pg)
-    sql("DROP TRIGGER events_no_delete ON events", pg.schema)
+    sql("DROP TRIGGER events_no_delete ON event_log", pg.schema)
     sql("DELETE FROM events WHERE position = 2", pg.schema)
     report = pg.verify()
     assert report.first_bad_position == 2
@@ -249,6 +258,7 @@ def _append_both(stores: list[EventStore], session_id: str, events: list[Any], a
 
 def test_the_same_events_have_the_same_hashes_on_both_backends(pg: PostgresStore, tmp_path: Path) -> None:
     with SQLiteStore.open(tmp_path / "t.db") as lite:
+        lite.adopt_salt(pg.salt)  # as `turnlog copy` does: the payload digests are keyed by it
         stores: list[EventStore] = [lite, pg]
         at = "2025-01-31T12:00:00.000001+00:00"
         first, second = _append_both(stores, "p", example_events(), at)
@@ -270,6 +280,7 @@ def test_random_batches_hash_alike_on_both_backends(
     schema = new_schema_name()
     try:
         with SQLiteStore.open(path) as lite, PostgresStore.open(pg_url(), schema=schema, pool_size=1) as pg:
+            lite.adopt_salt(pg.salt)
             for index, batch in enumerate(batches):
                 session = f"s{index}"
                 first, second = _append_both([lite, pg], session, batch, "2025-03-01T10:00:00+00:00")

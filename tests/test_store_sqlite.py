@@ -229,7 +229,12 @@ def test_verify_a_clean_store(file_store: SQLiteStore) -> None:
     assert report.problems == []
     assert report.first_bad_position is None
     assert report.events == 7
-    assert report.head_hash == list(file_store.iter_after(0))[-1].hash
+    assert (
+        report.head_hash
+        == file_store.conn.execute("SELECT order_hash FROM events ORDER BY position DESC LIMIT 1").fetchone()[
+            0
+        ]
+    )
     assert report.head_hash != empty.head_hash
 
 
@@ -586,21 +591,18 @@ def test_a_schema_1_store_is_migrated_and_its_zlib_blobs_stay_readable(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import turnlog.store.append_rules as append_module
-    import turnlog.store.sqlite_connection as connection_module
-    from turnlog.store.schema import MIGRATIONS
+    from tests.helpers.v1_store import write_sqlite_v1
 
     # turnlog as it was at schema 1: zlib for large blobs, and no migration 2.
     old_codec = ("zlib", lambda data: zlib.compress(data, 1))
+    large = "a line of a long tool output\n" * 4000
     with monkeypatch.context() as old:
-        old.setattr(connection_module, "MIGRATIONS", MIGRATIONS[:1])
         old.setattr(append_module, "_encode_blob", lambda data: (old_codec[0], old_codec[1](data)))
-        with SQLiteStore.open(path) as s:
-            large = "a line of a long tool output\n" * 4000
-            s.append("s", [msg("hi"), ToolReturned(tool_call_id="c1", content=large)])
-            assert s.conn.execute("SELECT codec FROM blobs").fetchall() == [("zlib",)]
+        write_sqlite_v1(path, [("s", [msg("hi"), ToolReturned(tool_call_id="c1", content=large)])], schema=1)
     with SQLiteStore.open(path) as s:
+        assert s.conn.execute("SELECT codec FROM blobs").fetchall() == [("zlib",)]
         applied = [row[0] for row in s.conn.execute("SELECT version FROM turnlog_migrations")]
-        assert applied == [1, 2, 3]
+        assert applied == [1, 2, 3, 4]
         assert s.read_session("s")[1].event.content == large
         assert s.verify().ok
         s.append("s", [ToolReturned(tool_call_id="c2", content=large + "more\n")])

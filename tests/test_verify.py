@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.helpers.forge import forge_row
 from turnlog.cli import cli
 from turnlog.projections.ledger import audit
 from turnlog.store import (
@@ -25,7 +26,6 @@ from turnlog.store import (
     UsageRecorded,
     parse_event,
 )
-from turnlog.store.rows import event_hash
 from turnlog.store.schema import TRIGGERS
 
 
@@ -40,29 +40,9 @@ def _raw(path: Path) -> sqlite3.Connection:
 def _insert_row(
     path: Path, session_id: str | bytes, event_type: str, payload: str | bytes, event_id: str = "forged"
 ) -> int:
-    """Append a row by hand, with a valid hash chain, as an older or buggy writer could have: only
+    """Append a row by hand, with valid hash chains, as an older or buggy writer could have: only
     its content is bad. Plain inserts of new rows are allowed by the triggers."""
-    conn = _raw(path)
-    position, prev = conn.execute(
-        "SELECT position, hash FROM events ORDER BY position DESC LIMIT 1"
-    ).fetchone()
-    position += 1
-    sid_text = session_id if isinstance(session_id, str) else session_id.decode("utf-8", "surrogateescape")
-    version = conn.execute(
-        "SELECT coalesce(max(version), 0) + 1 FROM events WHERE session_id = CAST(? AS TEXT)", (session_id,)
-    ).fetchone()[0]
-    payload_text = payload if isinstance(payload, str) else payload.decode("utf-8", "surrogateescape")
-    at = "2025-08-01T10:00:00.000000+00:00"
-    digest = event_hash(prev, position, sid_text, version, event_id, event_type, 1, payload_text, None, at)
-    conn.execute(
-        "INSERT INTO events (position, session_id, version, event_id, type, schema_version, payload, "
-        "blob_id, tokens, recorded_at, prev_hash, hash) "
-        # CAST: bytes go in as TEXT unchecked, as a bug or a damaged disk could leave them.
-        "VALUES (?, CAST(? AS TEXT), ?, ?, ?, 1, CAST(? AS TEXT), NULL, NULL, ?, ?, ?)",
-        (position, session_id, version, event_id, event_type, payload, at, prev, digest),
-    )
-    conn.close()
-    return int(position)
+    return forge_row(path, session_id, event_type, payload, event_id)
 
 
 def _nested(depth: int) -> str:

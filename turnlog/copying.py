@@ -1,5 +1,6 @@
 """``turnlog copy``: every event of one store into another — SQLite or PostgreSQL, either direction —
-keeping event ids, positions, versions, ``recorded_at`` and hashes. The destination must be empty or
+keeping event ids, positions, versions, ``recorded_at``, hashes and the store's salt (the key of its
+payload digests, so that the same events hash alike on both ends). The destination must be empty or
 hold a prefix of the source (same positions, same hashes): then the copy resumes after it. Anything
 else is refused before a single event is written."""
 
@@ -47,6 +48,13 @@ def copy_store(
     if held > total:
         raise CopyError(
             f"the destination holds {held:,} events, more than the source's {total:,}: it is not a copy of it"
+        )
+    if held == 0 and destination.salt != source.salt:
+        destination.adopt_salt(source.salt)  # the payload digests, so the hashes, come out alike
+    elif held and destination.salt != source.salt:
+        raise CopyError(
+            "the destination is not a prefix of the source: it was not made by a copy of it (another "
+            "salt, so other hashes); copy into an empty store"
         )
     head_hash = ""
     if held:
