@@ -52,9 +52,10 @@ class RecordedEvent:
     recorded_at: str
     """When the store committed it (UTC, ISO 8601)."""
     prev_hash: str
-    """Hash of the event at the previous position (the chain that verify checks)."""
+    """Hash of the session's previous event (for a fork's first event, its parent's event at the fork
+    version; for a session's first event, 64 zeros): the session's chain that verify checks."""
     hash: str
-    """This event's hash."""
+    """This event's hash (store.chain: its fields, prev_hash and the salted digest of its payload)."""
 
     @property
     def event_id(self) -> str:

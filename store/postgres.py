@@ -1,7 +1,8 @@
 """The event log in a PostgreSQL schema, for many workers on many machines: a pool of connections
-shared by a process's threads, appends serialized by an advisory lock and durable at commit, a
-hash chain over every event identical to SQLite's, content-addressed blobs, immutability enforced
-by the database, and versioned migrations.
+shared by a process's threads, appends durable at commit with writers of different sessions side by
+side (each session its own hash chain; the global order placed after commit, store.pg_chain), the
+same hashes as SQLite's for the same events, content-addressed blobs, immutability enforced by the
+database, and versioned migrations.
 
 The class is built in layers, one module each: the pool, migrations and transactions
 (store.pg_connection), reads and verify (store.pg_reading) and appends (store.pg_append). psycopg
