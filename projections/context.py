@@ -54,8 +54,11 @@ def build_context(
     head_version = store.version_at(session_id, at)
     if head_version == 0:
         raise StoreError(f"session {session_id!r} has no events at or before position {at}")
-    builder = ContextBuilder(store, session_id, policy, at, head_version)
-    built = builder.build()
+    # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
+    # a read (SQLite's nested readings share its transaction the same way).
+    with store.reading():
+        builder = ContextBuilder(store, session_id, policy, at, head_version)
+        built = builder.build()
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built

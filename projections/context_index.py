@@ -27,6 +27,10 @@ class _SessionState:
     messages: int
     tokens: int
     has_first_user: bool
+    calls: dict[str, list[int]] | None = None
+    """Its unanswered tool calls' versions by call id, oldest first (None: not known, ask the rows)."""
+    remembered: bool = False
+    """Kept in a memo from an earlier apply: worth learning its unanswered calls once."""
 
 
 class ContextIndex(Projection):
@@ -111,24 +115,34 @@ class ContextIndex(Projection):
         )
 
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
-        states: dict[str, _SessionState] = {}
+        self.apply_remembering(conn, records, {})
+
+    def apply_remembering(
+        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, _SessionState]
+    ) -> None:
+        """The memo: each session's running totals, as its last ctx_messages row holds them."""
+        states = memo
+        loaded: list[_SessionState] = []  # read from the rows by this apply
 
         def state(session_id: str) -> _SessionState:
             found = states.get(session_id)
             if found is None:
-                row = conn.execute(
+                # Both asked before either answer is read: one round trip on a server.
+                last = conn.execute(
                     "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
                     "ORDER BY version DESC LIMIT 1",
                     (session_id,),
-                ).fetchone()
-                first = conn.execute(
+                )
+                first_user = conn.execute(
                     f"SELECT 1 FROM ctx_messages {dialect_of(conn).hint('ctx_messages_retained')} "
                     "WHERE session_id = ? "
                     "AND (role = 'system' OR first_user = 1) AND first_user = 1",
                     (session_id,),
-                ).fetchone()
+                )
+                row, first = last.fetchone(), first_user.fetchone()
                 found = _SessionState(row[0] if row else 0, row[1] if row else 0, first is not None)
                 states[session_id] = found
+                loaded.append(found)
             return found
 
         rows: list[tuple[object, ...]] = []
@@ -140,6 +154,7 @@ class ContextIndex(Projection):
             if fork is not None:
                 _flush(conn, rows)
                 _copy_prefix(conn, fork, sid)
+                states.pop(sid, None)  # its totals are the copied rows'
             elif isinstance(event, MessageAppended):
                 st = state(sid)
                 first_user = event.role == "user" and not st.has_first_user
@@ -156,6 +171,11 @@ class ContextIndex(Projection):
                     "ON CONFLICT DO NOTHING",
                     [(sid, call.id, record.version) for call in calls],
                 )
+                if st.calls is not None:
+                    for call in calls:
+                        versions = st.calls.setdefault(call.id, [])
+                        if record.version not in versions:
+                            versions.append(record.version)
                 if event.pinned is not None:
                     _pin(conn, sid, record.version, record.position, event.pinned.reason)
             elif isinstance(event, ToolReturned):
@@ -163,20 +183,28 @@ class ContextIndex(Projection):
                 st.messages += 1
                 st.tokens += tokens
                 # A return answers the latest unanswered call with its id (ids can repeat).
-                call = conn.execute(
-                    "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "
-                    "AND return_version IS NULL ORDER BY call_version DESC LIMIT 1",
-                    (sid, event.tool_call_id),
-                ).fetchone()
-                if call is not None:
+                if st.calls is None and st.remembered:
+                    st.calls = _open_calls(conn, sid)
+                answers: int | None
+                if st.calls is not None:
+                    open_versions = st.calls.get(event.tool_call_id)
+                    answers = open_versions.pop() if open_versions else None
+                else:
+                    found = conn.execute(
+                        "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "
+                        "AND return_version IS NULL ORDER BY call_version DESC LIMIT 1",
+                        (sid, event.tool_call_id),
+                    ).fetchone()
+                    answers = None if found is None else int(found[0])
+                if answers is not None:
                     conn.execute(
                         "UPDATE ctx_calls SET return_version = ?, return_position = ? "
                         "WHERE session_id = ? AND call_id = ? AND call_version = ?",
-                        (record.version, record.position, sid, event.tool_call_id, call[0]),
+                        (record.version, record.position, sid, event.tool_call_id, answers),
                     )
                 rows.append(
                     (sid, record.version, record.position, "tool", 0, 0, 0,
-                     call[0] if call else None, tokens, st.messages, st.tokens)
+                     answers, tokens, st.messages, st.tokens)
                 )  # fmt: skip
             elif isinstance(event, MessagePinned):
                 target = _target_version(conn, sid, event.target_event_id, rows)
@@ -220,6 +248,8 @@ class ContextIndex(Projection):
             if len(rows) >= 1000 or isinstance(event, (MessagePinned, MessageUnpinned)):
                 _flush(conn, rows)
         _flush(conn, rows)
+        for st in loaded:
+            st.remembered = True
 
 
 def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> None:
@@ -239,6 +269,18 @@ def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> No
     copy_rows(conn, "ctx_runs", parent, child, "started_position <= ?", (position,), overrides=finished)
     superseded = until_fork("superseded_at", by="superseded_at")
     copy_rows(conn, "ctx_summaries", parent, child, "position <= ?", (position,), overrides=superseded)
+
+
+def _open_calls(conn: Connection, sid: str) -> dict[str, list[int]]:
+    """A session's unanswered tool calls: their versions by call id, oldest first."""
+    calls: dict[str, list[int]] = {}
+    for call_id, version in conn.execute(
+        "SELECT call_id, call_version FROM ctx_calls WHERE session_id = ? AND return_version IS NULL "
+        "ORDER BY call_version",
+        (sid,),
+    ).fetchall():
+        calls.setdefault(call_id, []).append(int(version))
+    return calls
 
 
 def _flush(conn: Connection, rows: list[tuple[object, ...]]) -> None:

@@ -133,9 +133,16 @@ class Ledger(Projection):
         )
 
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
+        self.apply_remembering(conn, records, {})
+
+    def apply_remembering(
+        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, str]
+    ) -> None:
+        """The memo: each session's open run (ledger_runs; NONE for none)."""
         # Summed in memory, then added to the stored rows: sums do not depend on how the log is cut
         # into batches, which keeps incremental catch-up equal to a rebuild.
-        runs: dict[str, str] = {}
+        runs: dict[str, str] = {}  # the sessions of these records
+        before: dict[str, str] = {}  # their open run as the rows hold it, where it was looked up
         usage: dict[tuple[str, ...], list[int]] = {}
         appended: dict[tuple[str, ...], list[int]] = {}
         sent: dict[tuple[str, ...], list[int]] = {}
@@ -144,8 +151,13 @@ class Ledger(Projection):
         def open_run(sid: str) -> str:
             found = runs.get(sid)
             if found is None:
-                row = conn.execute("SELECT run_id FROM ledger_runs WHERE session_id = ?", (sid,)).fetchone()
-                found = runs[sid] = row[0] if row else NONE
+                found = memo.get(sid)
+                if found is None:
+                    row = conn.execute(
+                        "SELECT run_id FROM ledger_runs WHERE session_id = ?", (sid,)
+                    ).fetchone()
+                    found = row[0] if row else NONE
+                runs[sid] = before[sid] = found
             return found
 
         for record in records:
@@ -194,14 +206,17 @@ class Ledger(Projection):
         )
         _upsert(conn, "ledger_sent", (*_CONTEXT_KEY, "category"), ("contexts", "entries", "tokens"), sent)
         _upsert(conn, "ledger_contexts", _CONTEXT_KEY, ("contexts", "tokens"), contexts)
+        # Only the runs that changed: the rows of the others already say so.
+        changed = [(sid, run) for sid, run in runs.items() if run != before.get(sid)]
         conn.executemany(
-            "DELETE FROM ledger_runs WHERE session_id = ?", [(sid,) for sid, run in runs.items() if not run]
+            "DELETE FROM ledger_runs WHERE session_id = ?", [(sid,) for sid, run in changed if not run]
         )
         conn.executemany(
             "INSERT INTO ledger_runs (session_id, run_id) VALUES (?, ?) "
             "ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id",
-            [(sid, run) for sid, run in runs.items() if run],
+            [(sid, run) for sid, run in changed if run],
         )
+        memo.update(runs)
 
 
 def _summarizer_bill(event: object) -> tuple[str, int, int] | None:

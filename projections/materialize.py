@@ -13,6 +13,7 @@ read sees the rows as a catch-up would have written them."""
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -23,6 +24,10 @@ from turnlog.store.log_ops import counted_through, position_of, records_between,
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
+
+MEMO_KEYS = 10_000
+"""A projection's memo (see :meth:`Projection.apply_remembering`) holding more keys (sessions) than
+this is dropped, and begins again from the rows."""
 
 
 class Projection(abc.ABC):
@@ -46,6 +51,15 @@ class Projection(abc.ABC):
     @abc.abstractmethod
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
         """Apply these events (of its ``types``, in log order, none applied before) to its rows."""
+
+    def apply_remembering(
+        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[Any, Any]
+    ) -> None:
+        """As :meth:`apply`, with ``memo``: what this projection kept in memory of its rows during
+        its earlier applies (its own keys and values), true of the rows as they stand. It reads
+        there instead of the rows where it can, and leaves there what its rows now hold. The
+        default keeps nothing."""
+        self.apply(conn, records)
 
     def snapshot(self, conn: Connection, schema: str = "main") -> dict[str, list[tuple[Any, ...]]]:
         """Its whole contents, in a canonical order: what verify and the tests compare."""
@@ -80,6 +94,12 @@ class Materializer:
         self._applied_within: Sequence[RecordedEvent] | None = None
         """The records of the last append whose projection rows were written in its own
         transaction (see :meth:`apply_within`): its catch-up after the commit has nothing to do."""
+        self._memo: tuple[int, dict[str, dict[Any, Any]]] | None = None
+        """On a server (``dialect.remote``): the projections' memos and the position whose rows
+        they describe, made by an append of this process that committed (see :meth:`apply_within`)."""
+        self._memo_pending: tuple[Sequence[RecordedEvent], dict[str, dict[Any, Any]]] | None = None
+        """The memos of the last append's own apply, kept once its commit is known."""
+        self._memo_lock = threading.Lock()
 
     def _prepare(self) -> None:
         if self._ready:
@@ -126,6 +146,8 @@ class Materializer:
         self._applied_within = None
         if not self._ready or not records or any(r.tokens is None for r in records):
             return False  # the tables may not exist yet, or the counts were not made up front
+        if dialect_of(conn).remote:
+            return self._apply_within_remote(conn, records)
         start, end = records[0].position - 1, records[-1].position
         conn.execute("SAVEPOINT turnlog_projections")
         try:
@@ -160,6 +182,66 @@ class Materializer:
         self._applied_within = records
         return True
 
+    def _apply_within_remote(self, conn: Connection, records: Sequence[RecordedEvent]) -> bool:
+        """:meth:`apply_within` on a server, where each statement waiting for its answer costs a
+        round trip: the writes are pipelined, and what the projections would read back is taken
+        from the memos this process's last append left, when its rows are the ones still stored
+        (its commit is the last one, and every checkpoint stands where it left them). Then the
+        whole apply is one round trip; the checkpoints are moved only from where the memos expect
+        them (else everything here is rolled back, and the catch-up after the commit works)."""
+        start, end = records[0].position - 1, records[-1].position
+        names = [p.name for p in self.projections]
+        memos = self._take_memo(start)
+        try:
+            with dialect_of(conn).pipeline(conn):
+                conn.execute("SAVEPOINT turnlog_projections")
+                if memos is None:
+                    stored = dict(
+                        conn.execute("SELECT name, position FROM projection_checkpoints").fetchall()
+                    )
+                    if any(stored.get(name) != start for name in names):
+                        conn.execute("RELEASE turnlog_projections")
+                        return False
+                    memos = {name: {} for name in names}
+                moved = conn.execute(
+                    "UPDATE projection_checkpoints SET position = ? "
+                    f"WHERE name IN ({','.join('?' * len(names))}) AND position = ?",
+                    (end, *names, start),
+                )
+                for projection in self.projections:
+                    types = projection.types
+                    projection.apply_remembering(
+                        conn, [r for r in records if types is None or r.type in types], memos[projection.name]
+                    )
+            if moved.rowcount != len(names):
+                raise _Moved  # another process rebuilt or reset them: the memos say nothing
+        except Exception:
+            # As in apply_within: derived state only, redone by the catch-up after the commit.
+            conn.execute("ROLLBACK TO turnlog_projections")
+            conn.execute("RELEASE turnlog_projections")
+            return False
+        # The savepoint is left for the append's commit to end (a RELEASE would be a round trip).
+        with self._memo_lock:
+            self._memo_pending = (records, memos)
+        self._applied_within = records
+        return True
+
+    def _take_memo(self, start: int) -> dict[str, dict[Any, Any]] | None:
+        """The memos, if they describe the rows as of ``start``; they are handed over (an apply
+        changes them), whatever becomes of the append."""
+        with self._memo_lock:
+            kept, self._memo, self._memo_pending = self._memo, None, None
+        return kept[1] if kept is not None and kept[0] == start else None
+
+    def _keep_memo(self, appended: Sequence[RecordedEvent]) -> None:
+        """The append that applied ``appended`` committed: its memos describe the stored rows."""
+        with self._memo_lock:
+            pending, self._memo_pending = self._memo_pending, None
+            if pending is not None and pending[0] is appended:
+                memos = pending[1]
+                if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
+                    self._memo = (appended[-1].position, memos)
+
     def catch_up(
         self,
         *,
@@ -172,6 +254,7 @@ class Materializer:
         since projections use them. ``appended``: the records an append of this process just
         stored (a writer's catch-up after its commit), whose counts are made from memory."""
         if appended and appended is self._applied_within and through is None:
+            self._keep_memo(appended)
             return appended[-1].position  # applied in the append's own transaction
         self._prepare()
         if self.store.readonly:
@@ -194,7 +277,8 @@ class Materializer:
         if pending is None:
             with self.store.reading() as conn:
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
-                checkpoints = [_checkpoint(conn, p) for p in self.projections]
+                stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
+                checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
@@ -341,6 +425,10 @@ class Materializer:
                     for table in projection.tables:
                         conn.execute(f"DROP TABLE IF EXISTS {scratch}.{table}")
         return problems
+
+
+class _Moved(Exception):
+    """The checkpoints were not where an append's own apply expected them."""
 
 
 def fork_of(conn: Connection, record: RecordedEvent) -> tuple[str, int, int] | None:

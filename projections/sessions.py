@@ -137,11 +137,17 @@ class SessionsProjection(Projection):
         )
 
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
-        states: dict[str, _State] = {}
+        self.apply_remembering(conn, records, {})
+
+    def apply_remembering(
+        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, _State]
+    ) -> None:
+        """The memo: each session's sess_sessions row."""
+        states: dict[str, _State] = {}  # the sessions of these records
         history: list[tuple[object, ...]] = []
         for record in records:
             sid = record.session_id
-            st = states.get(sid)
+            st = states.get(sid) or memo.get(sid)
             if st is None:
                 st = _load(conn, sid) or _State(
                     [0] * len(_COUNTERS),
@@ -151,7 +157,7 @@ class SessionsProjection(Projection):
                     first_position=record.position,
                     first_recorded_at=record.recorded_at,
                 )
-                states[sid] = st
+            states[sid] = st
             event = record.event
             c = st.counters
             c[0] = record.version
@@ -175,7 +181,9 @@ class SessionsProjection(Projection):
             history,
         )
         for sid, st in states.items():
+            memo[sid] = st
             if st.new:
+                st.new = False
                 conn.execute(
                     "INSERT INTO sess_sessions (session_id, title, model, parent_session_id, "
                     "parent_version, first_position, first_recorded_at, "

@@ -12,9 +12,11 @@ same on both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 from typing import Any, Protocol, TypeAlias
 
 Connection: TypeAlias = Any
@@ -37,6 +39,13 @@ class Dialect(Protocol):
     """The schema of the store's own tables."""
     scratch: str
     """A schema for scratch copies whose tables hide the store's (verify's fresh rebuild)."""
+    remote: bool
+    """Each statement is a round trip to a server: worth queueing writes and remembering what
+    would be read back (SQLite runs statements in process, for next to nothing)."""
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """A block whose statements may be sent together: a write is queued, and sent with the
+        next read or at the end of the block, where its error (if any) is raised."""
 
     def create(self, conn: Any, ddl: str, schema: str) -> None:
         """Create the tables and indexes of ``ddl`` (the neutral form) in ``schema``, if missing."""
@@ -99,6 +108,12 @@ class SQLiteDialect(_Neutral):
     """The schema of the store's own tables."""
     scratch = "temp"
     """The schema a verify rebuilds projections into (temp tables hide main ones of the same name)."""
+    remote = False
+    """Statements run in process."""
+
+    def pipeline(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """Nothing to queue: each statement runs at once."""
+        return contextlib.nullcontext()
 
     def _table(self, statement: str) -> str:
         return statement + (" STRICT, WITHOUT ROWID" if "PRIMARY KEY" in statement.upper() else " STRICT")
@@ -139,6 +154,8 @@ class PostgresDialect(_Neutral):
     name = "postgresql"
     scratch = "pg_temp"
     """The schema a verify rebuilds projections into (the session's temporary schema)."""
+    remote = True
+    """Each statement is a round trip to the server, unless pipelined."""
 
     def __init__(self, main: str = "turnlog") -> None:
         self.main = main
@@ -156,6 +173,13 @@ class PostgresDialect(_Neutral):
 
     def hint(self, index: str) -> str:
         return ""
+
+    @contextlib.contextmanager
+    def pipeline(self, conn: Any) -> Iterator[None]:
+        """psycopg's pipeline mode on the store's connection (store.pg_qmark): writes are queued
+        and go with the next read or the block's end, one round trip for many statements."""
+        with conn.pipeline():
+            yield
 
     def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
         """A JSON text column's field at a dotted ``path`` equal to ``value``, as LangGraph's

@@ -6,9 +6,12 @@ text and identifiers becomes ``%s``, a ``%`` becomes ``%%``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+import psycopg
 
 from turnlog.store.dialect import PostgresDialect
 
@@ -71,6 +74,22 @@ class QmarkConnection:
         if rows:
             cursor.executemany(qmark(sql), rows)
         return cursor
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """psycopg's pipeline mode: statements are queued and sent together, a read (a fetch) or
+        the end of the block waits for the results. An error is raised at that read or at the end;
+        the statements queued after it are skipped, and the block's exit says so quietly (psycopg
+        would log "error ignored terminating Pipeline ... pipeline aborted" on stderr)."""
+        with self._conn.pipeline() as pipeline:
+            try:
+                yield
+            except BaseException:
+                # The sync that ends the aborted part is made here, its PipelineAborted dropped:
+                # the error that matters is the one already propagating.
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.sync()
+                raise
 
     @property
     def raw(self) -> Any:

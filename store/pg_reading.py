@@ -4,6 +4,7 @@ position, blobs, and verify. Rows become records through the same mapper as SQLi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -68,9 +69,24 @@ def pg_head_version(conn: Connection, session_id: str) -> int:
 class PgReadingStore(PostgresBase):
     """The reads of the log."""
 
+    def held_snapshot(self) -> Connection | None:
+        """The connection of a snapshot this thread holds open, if any (store.pg_storage)."""
+        return None
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
+        """The snapshot this thread holds, or one of its own: a build's reads of events share its
+        snapshot, with no BEGIN and ROLLBACK of their own."""
+        held = self.held_snapshot()
+        if held is not None:
+            yield held
+            return
+        with self.snapshot() as conn:
+            yield conn
+
     def lineage(self, session_id: str) -> Segments:
         """The session's history as (session id, first version, last version) segments."""
-        with self.snapshot() as conn:
+        with self._snapshot() as conn:
             return pg_lineage(conn, session_id, self._lineages)
 
     def _segments_read(
@@ -81,7 +97,7 @@ class PgReadingStore(PostgresBase):
         found: list[RecordedEvent] = []
         if _absent(session_id):
             return found
-        with self.snapshot() as conn:
+        with self._snapshot() as conn:
             segments = pg_lineage(conn, session_id, self._lineages)
             for sid, lo, hi in segments[-1:] if own else segments:
                 found += select_records(conn, where, (sid, lo, hi, *extra))
@@ -102,11 +118,18 @@ class PgReadingStore(PostgresBase):
 
     def read_versions(self, session_id: str, versions: Sequence[int]) -> list[RecordedEvent]:
         wanted = sorted({int(v) for v in versions if 1 <= v < _NO_LIMIT})
-        found = self._segments_read(
-            session_id,
-            "WHERE e.session_id = %s AND e.version BETWEEN %s AND %s AND e.version = ANY(%s)",
-            (wanted,),
-        )
+        found: list[RecordedEvent] = []
+        if _absent(session_id) or not wanted:
+            return found
+        with self._snapshot() as conn:
+            for sid, lo, hi in pg_lineage(conn, session_id, self._lineages):
+                mine = [v for v in wanted if lo <= v <= hi]
+                if mine:
+                    # Only the versions as the index condition: with a range beside them, a planner
+                    # without statistics yet (a table just filled) reads the whole range instead.
+                    found += select_records(
+                        conn, "WHERE e.session_id = %s AND e.version = ANY(%s::bigint[])", (sid, mine)
+                    )
         found.sort(key=lambda r: r.version)
         return found
 
@@ -127,7 +150,7 @@ class PgReadingStore(PostgresBase):
         rows: list[Any] = []
         if _absent(session_id):
             return []
-        with self.snapshot() as conn:
+        with self._snapshot() as conn:
             segments = pg_lineage(conn, session_id, self._lineages)
             for sid, lo, hi in segments if newest is None else reversed(segments):
                 if newest is None:

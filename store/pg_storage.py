@@ -11,6 +11,7 @@ when a read needs them (they are derived rows in a shared server, not a file a r
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,15 +59,37 @@ class PgProjectionStorage(_Base):
     @contextlib.contextmanager
     def reading(self) -> Iterator[QmarkConnection]:
         """One snapshot, rolled back at the end: what a reader writes there (verify's scratch copies
-        in pg_temp) goes with it. Not READ ONLY, since PostgreSQL refuses even temporary tables then."""
+        in pg_temp) goes with it. Not READ ONLY, since PostgreSQL refuses even temporary tables then.
+        A reading inside another of the same thread is that one (as on SQLite): a build's many reads
+        share one snapshot and one connection, and pay its BEGIN and ROLLBACK once."""
+        held: QmarkConnection | None = getattr(self._held_reading(), "conn", None)
+        if held is not None:
+            yield held
+            return
         with self.connection() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            wrapped = QmarkConnection(conn, self.dialect)
+            self._held_reading().conn = wrapped
             try:
-                yield QmarkConnection(conn, self.dialect)
+                yield wrapped
             finally:
+                self._held_reading().conn = None
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
+
+    def _held_reading(self) -> threading.local:
+        """This thread's open :meth:`reading`, as ``.conn`` (None or missing: none)."""
+        found: threading.local | None = vars(self).get("_reading_local")
+        if found is None:
+            found = self.__dict__.setdefault("_reading_local", threading.local())
+        return found
+
+    def held_snapshot(self) -> Connection | None:
+        """The psycopg connection of this thread's open :meth:`reading`, if any: the log's reads
+        (store.pg_reading) use it rather than begin a snapshot of their own."""
+        held: QmarkConnection | None = getattr(self._held_reading(), "conn", None)
+        return None if held is None else held.raw
 
     @contextlib.contextmanager
     def atomic(self, *, durable: bool = True) -> Iterator[QmarkConnection]:

@@ -146,6 +146,7 @@ def build(messages: int, repeat: int) -> tuple[float, float]:
             for first in range(0, messages, 1000):
                 store.append("s", events[first : first + 1000])
             policy = turnlog.ContextPolicy(budget=BUDGET)
+            _analyze(name)
             turnlog.build_context(store, "s", policy)
             ours = _median(lambda: turnlog.build_context(store, "s", policy), repeat)
         finally:
@@ -157,6 +158,7 @@ def build(messages: int, repeat: int) -> tuple[float, float]:
                 f"INSERT INTO {name}.msgs (session, msg, tokens) VALUES (%s, %s, %s)",
                 [("s", json.dumps(e), 45) for e in events],
             )
+        _analyze(name)
 
         def tail() -> None:
             used, rows = 0, []
@@ -171,6 +173,18 @@ def build(messages: int, repeat: int) -> tuple[float, float]:
 
         floor = _median(tail, repeat)
     return ours, floor
+
+
+def _analyze(name: str) -> None:
+    """Statistics for the planner on every table of a schema, as autovacuum keeps them on a store in
+    use: both sides are measured as a long-lived store runs, not as a table just filled."""
+    import psycopg
+
+    with psycopg.connect(server(), autocommit=True) as conn:
+        for (table,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (name,)
+        ).fetchall():
+            conn.execute(f"ANALYZE {name}.{table}")
 
 
 def saver_turns(turns: int) -> tuple[float, float]:
@@ -236,7 +250,7 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     log("postgres: writer processes on sessions of their own")
     result["writers"] = {p: writers(p, n // 4 if quick else 500) for p in (1, 2, 4, 8)}
     log("postgres: context builds")
-    sizes = (2000,) if quick else (2000, 20000)
+    sizes = (2000,) if quick else (2000, 20000, 200000)
     result["build"] = {m: build(m, 20 if quick else 50) for m in sizes}
     log("postgres: LangGraph PostgresSaver and TurnlogSaver")
     result["saver"] = saver_turns(30 if quick else 200)
@@ -274,7 +288,7 @@ def render(result: dict[str, Any], command: str) -> str:
         )
     for messages, (ms, floor) in result["build"].items():
         ratio = ms / floor
-        target = f"≤ 2× tail read: {_met(ratio <= 2)}" if messages == 20000 else ""
+        target = f"≤ 2× tail read: {_met(ratio <= 2)}" if messages >= 20000 else ""
         lines.append(
             f"| warm context build at {messages:,} messages, budget {BUDGET:,} (ms) | {ms:.2f} | "
             f"{floor:.2f} | {ratio:.1f}× | {target} |"
