@@ -36,6 +36,7 @@ from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch,
 from turnlog.store.errors import InvalidEventError, VersionConflictError
 from turnlog.store.pg_chain import place_unplaced
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
+from turnlog.store.pg_qmark import quiet_pipeline
 from turnlog.store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import gc_paused
@@ -145,7 +146,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 if head_now > expected_version:
                     raise VersionConflictError(session_id, expected_version, head_now)
             try:
-                with conn.pipeline():  # one round trip for the four
+                with quiet_pipeline(conn):  # one round trip for the four
                     conn.execute("BEGIN")
                     conn.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
                     tried = conn.execute(_TRY_STORE_LOCK, (self.lock_key,))
@@ -186,23 +187,22 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 within = placing and self.has_within_hooks()
                 if not within:
                     committing = True
-                with conn.pipeline(), conn.cursor() as insert:
+                with quiet_pipeline(conn), conn.cursor() as insert:
                     if batch.blobs:
                         insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
                     insert.executemany(_INSERT_EVENT, batch.rows)
-                    if not within:
-                        conn.execute("COMMIT")
-                if within:
-                    # The projections' rows in the same transaction (one commit), in a savepoint:
+                    # The projections' rows go in the same transaction (one commit), in a savepoint:
                     # a failure there leaves the events to commit alone; the catch-up redoes it.
-                    conn.execute("SAVEPOINT turnlog_within")
+                    conn.execute("SAVEPOINT turnlog_within" if within else "COMMIT")
+                if within:
                     try:
                         self.run_within(conn, batch.records)
                     except Exception:
                         conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
-                    conn.execute("RELEASE SAVEPOINT turnlog_within")
                     committing = True
-                    conn.execute("COMMIT")
+                    with quiet_pipeline(conn):
+                        conn.execute("RELEASE SAVEPOINT turnlog_within")
+                        conn.execute("COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))
@@ -227,7 +227,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         """Place the committed unplaced rows under the store's lock; returns the last position
         placed (0 for none) and the positions of ``event_ids``."""
         try:
-            with conn.pipeline():
+            with quiet_pipeline(conn):
                 conn.execute("BEGIN")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
             last, _ = place_unplaced(conn)

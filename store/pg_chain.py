@@ -18,6 +18,7 @@ from typing import Any
 
 from turnlog.store.chain import GENESIS_HASH, order_hash
 from turnlog.store.chain_migration import Update, V1Row
+from turnlog.store.pg_qmark import quiet_pipeline
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import hash_in_lineage
 
@@ -37,7 +38,7 @@ _PLACE = (
 def place_unplaced(conn: Connection) -> tuple[int, str]:
     """Place every committed unplaced row (the caller's transaction holds the store's lock);
     returns the last position placed and its order hash, (0, "") when there was nothing to place."""
-    with conn.pipeline():
+    with quiet_pipeline(conn):
         waiting_cursor = conn.execute(_UNPLACED)
         last_cursor = conn.execute(_LAST_PLACED)
     waiting = waiting_cursor.fetchall()

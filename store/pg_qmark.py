@@ -81,15 +81,8 @@ class QmarkConnection:
         the end of the block waits for the results. An error is raised at that read or at the end;
         the statements queued after it are skipped, and the block's exit says so quietly (psycopg
         would log "error ignored terminating Pipeline ... pipeline aborted" on stderr)."""
-        with self._conn.pipeline() as pipeline:
-            try:
-                yield
-            except BaseException:
-                # The sync that ends the aborted part is made here, its PipelineAborted dropped:
-                # the error that matters is the one already propagating.
-                with contextlib.suppress(psycopg.Error):
-                    pipeline.sync()
-                raise
+        with quiet_pipeline(self._conn):
+            yield
 
     @property
     def raw(self) -> Any:
@@ -97,4 +90,18 @@ class QmarkConnection:
         return self._conn
 
 
-__all__ = ["QmarkConnection", "qmark"]
+@contextlib.contextmanager
+def quiet_pipeline(conn: Any) -> Iterator[None]:
+    """``conn.pipeline()`` whose failure is raised once, quietly: the sync that ends the aborted part
+    is made here and its PipelineAborted dropped (the error that matters is the one already
+    propagating), so psycopg logs no "error ignored terminating Pipeline" on stderr."""
+    with conn.pipeline() as pipeline:
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                pipeline.sync()
+            raise
+
+
+__all__ = ["QmarkConnection", "qmark", "quiet_pipeline"]
