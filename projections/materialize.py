@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
 from turnlog.store.dialect import Connection, dialect_of
+from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import counted_through, position_of, records_between, write_token_counts
 
 BATCH = 5000
@@ -282,47 +283,55 @@ class Materializer:
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
-            # Not durable: the rows are remade from the log if a power loss takes them back.
-            with self.store.atomic(durable=False) as conn:
-                limit = counted_through(conn)
-                if pending is not None:
-                    if after is not None and limit < after:
-                        # Older events still wait for their counts (a catch-up that did not run):
-                        # the general path counts them all.
+            try:
+                # Not durable: the rows are remade from the log if a power loss takes them back.
+                with self.store.atomic(durable=False, wait=not fresh) as conn:
+                    limit = counted_through(conn)
+                    if pending is not None:
+                        if after is not None and limit < after:
+                            # Older events still wait for their counts (a catch-up that did not run):
+                            # the general path counts them all.
+                            pending = None
+                            break
+                        write_token_counts(conn, *pending)
+                        limit = max(limit, pending[1])
                         pending = None
-                        break
-                    write_token_counts(conn, *pending)
-                    limit = max(limit, pending[1])
-                    pending = None
-                # Re-read inside the write lock: another process may have advanced them meanwhile.
-                stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
-                starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
-                if through is not None:
-                    limit = min(limit, through)
-                start = min(starts.values(), default=limit)
-                end = min(limit, start + BATCH)
-                if end <= start:
-                    return start
-                wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
-                if fresh and start == after and end == fresh[-1].position:
-                    records = [r for r in fresh if wanted is None or r.type in wanted]
-                else:
-                    records = records_between(conn, start, end, wanted)
-                for projection in self.projections:
-                    own = starts[projection.name]
-                    if own >= end:
-                        continue
-                    mine = [
-                        r
-                        for r in records
-                        if r.position > own and (projection.types is None or r.type in projection.types)
-                    ]
-                    projection.apply(conn, mine)
-                    _set_checkpoint(conn, projection, end)
-            if progress is not None:
-                progress(end, limit)
-            if end >= limit:
-                return end  # no transaction just to find that nothing is left
+                    # Re-read inside the write lock: another process may have advanced them meanwhile.
+                    stored = dict(
+                        conn.execute("SELECT name, position FROM projection_checkpoints").fetchall()
+                    )
+                    starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
+                    if through is not None:
+                        limit = min(limit, through)
+                    start = min(starts.values(), default=limit)
+                    end = min(limit, start + BATCH)
+                    if end <= start:
+                        return start
+                    wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
+                    if fresh and start == after and end == fresh[-1].position:
+                        records = [r for r in fresh if wanted is None or r.type in wanted]
+                    else:
+                        records = records_between(conn, start, end, wanted)
+                    for projection in self.projections:
+                        own = starts[projection.name]
+                        if own >= end:
+                            continue
+                        mine = [
+                            r
+                            for r in records
+                            if r.position > own and (projection.types is None or r.type in projection.types)
+                        ]
+                        projection.apply(conn, mine)
+                        _set_checkpoint(conn, projection, end)
+                if progress is not None:
+                    progress(end, limit)
+                if end >= limit:
+                    return end  # no transaction just to find that nothing is left
+            except LockBusy:
+                # A writer just after its commit does not queue behind another process holding the
+                # lock (placing rows, or catching up itself): that one, the next append or the next
+                # read catches these events up.
+                return after or 0
         return self.catch_up(through=through, progress=progress)
 
     def _fold(self, through: int | None) -> int:

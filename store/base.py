@@ -282,9 +282,10 @@ class Store(EventStore):
         """A connection for a consistent read (one snapshot) across several statements."""
 
     @abc.abstractmethod
-    def atomic(self, *, durable: bool = True) -> contextlib.AbstractContextManager[Any]:
+    def atomic(self, *, durable: bool = True, wait: bool = True) -> contextlib.AbstractContextManager[Any]:
         """A connection in a write transaction: committed when the block ends, rolled back if it
-        raises."""
+        raises. ``wait=False``: raise LockBusy at once when another writer holds the store's lock
+        (a backend whose lock is only ever held for a commit may wait anyway)."""
 
     @abc.abstractmethod
     def within_append(self, hook: Callable[[Any, Sequence[RecordedEvent]], None]) -> None:

@@ -59,6 +59,10 @@ class TokenizerError(StoreError):
     """The tokenizer cannot be loaded, or differs from the one the store was created with."""
 
 
+class LockBusy(StoreError):
+    """``atomic(wait=False)``: another connection holds the store's lock (nothing was done)."""
+
+
 class StoreClosedError(StoreError):
     """The store was used after close()."""
 

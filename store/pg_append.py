@@ -4,10 +4,11 @@ commit (``synchronous_commit=on``); a retried batch returns what was stored.
 
 Writers of different sessions share no head (store.chain, v2): an append takes its session's
 advisory lock (writers of one session take turns; versions and the session's chain stay whole) and
-*tries* the store's lock. When it gets it (no other writer is placing rows: the common case of one
-writer), it places its rows in the global order in its own transaction, after any committed rows still
-waiting, and its projections advance in the same commit: one transaction, one commit. When another
-writer holds it, the rows are inserted unplaced, committed (side by side with the other writers'
+*tries* the placing lock, then the store's (the projections') lock. With the placing lock (no other
+writer is placing rows: the common case of one writer), it places its rows in the global order in
+its own transaction, after any committed rows still waiting, and with the store's lock too its
+projections advance in the same commit: one transaction, one commit. When another writer holds the
+placing lock, the rows are inserted unplaced, committed (side by side with the other writers'
 commits), then placed right after in a short transaction under the lock (store.pg_chain), and the
 projections catch up after it."""
 
@@ -54,7 +55,11 @@ _HEADS = (
 _INSERT_BLOB = "INSERT INTO blobs (id, size, codec, data) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
 _INSERT_EVENT = f"INSERT INTO {EVENT_TABLE} ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
 _SESSION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-_TRY_STORE_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
+# 0: another writer is placing rows; 1: this one may place; 2: and advance the projections too.
+_TRY_LOCKS = (
+    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s) "
+    "THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END ELSE 0 END"
+)
 _NOT_STORED = "nothing of the batch was stored; retry it"
 _PLACING = (
     "the batch is stored but not yet placed in the global order; the next append or "
@@ -149,9 +154,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 with quiet_pipeline(conn):  # one round trip for the four
                     conn.execute("BEGIN")
                     conn.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
-                    tried = conn.execute(_TRY_STORE_LOCK, (self.lock_key,))
+                    tried = conn.execute(_TRY_LOCKS, (self.place_key, self.lock_key))
                     cursor = conn.execute(_HEADS, (session_id,))
-                placing = bool((tried.fetchone() or (False,))[0])
+                locks = int((tried.fetchone() or (0,))[0])
+                placing = locks >= 1
                 head, prev_hash, position, order, waiting = cursor.fetchone() or (
                     None,
                     None,
@@ -168,9 +174,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
                 if placing and waiting:
                     # Rows another writer committed wait for their place: theirs come first.
-                    placed, placed_order = place_unplaced(conn)
-                    if placed:
-                        position, order = placed, placed_order
+                    position, order, _ = place_unplaced(conn, self.place_key)
                 with gc_paused():
                     check_semantics(lookup, session_id, head, prepared, new_session=new_session)
                     heads = Heads(
@@ -184,7 +188,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     )
                 # The inserts and the commit in one round trip: from here on, a lost connection
                 # leaves the outcome unknown (whole or nothing), and the message says so.
-                within = placing and self.has_within_hooks()
+                within = locks == 2 and self.has_within_hooks()
                 if not within:
                     committing = True
                 with quiet_pipeline(conn), conn.cursor() as insert:
@@ -224,22 +228,12 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         return [replace(r, position=positions[r.event_id]) for r in batch.records]
 
     def _place(self, conn: Connection, event_ids: list[str]) -> tuple[int, dict[str, int]]:
-        """Place the committed unplaced rows under the store's lock; returns the last position
+        """Place the committed unplaced rows under the placing lock; returns the last position
         placed (0 for none) and the positions of ``event_ids``."""
-        try:
-            with quiet_pipeline(conn):
-                conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
-            last, _ = place_unplaced(conn)
-            found = conn.execute(
-                f"SELECT event_id, position FROM {EVENT_TABLE} WHERE event_id = ANY(%s)", (event_ids,)
-            ).fetchall()
-            conn.execute("COMMIT")
-        except BaseException:
-            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                suppress_closed(lambda: conn.execute("ROLLBACK"))
-            raise
-        return last, {event_id: int(position) for event_id, position in found}
+        # One statement in its own (implicit) transaction: one round trip, and one commit that
+        # writes nothing when another writer placed these rows already.
+        last, _, positions = place_unplaced(conn, self.place_key, event_ids)
+        return last, positions
 
     def place_waiting(self) -> int:
         """Place rows whose writer committed them but stopped before placing them (it was killed, or

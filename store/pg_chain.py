@@ -13,47 +13,34 @@ placed in version order too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from turnlog.store.chain import GENESIS_HASH, order_hash
+from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.chain_migration import Update, V1Row
-from turnlog.store.pg_qmark import quiet_pipeline
-from turnlog.store.pg_schema import EVENT_TABLE
+from turnlog.store.pg_schema import EVENT_TABLE, PLACE_FUNCTION
 from turnlog.store.rows import hash_in_lineage
 
 Connection = Any  # psycopg.Connection[tuple[Any, ...]]
 
-_UNPLACED = f"SELECT row_id, hash FROM {EVENT_TABLE} WHERE position IS NULL ORDER BY row_id"
-_LAST_PLACED = (
-    f"SELECT position, order_hash FROM {EVENT_TABLE} WHERE position IS NOT NULL "
-    "ORDER BY position DESC LIMIT 1"
-)
-_PLACE = (
-    f"UPDATE {EVENT_TABLE} AS e SET position = v.p, order_hash = v.o "
-    "FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) AS v(r, p, o) WHERE e.row_id = v.r"
-)
+_PLACE = f"SELECT placed_id, placed_position, placed_order FROM {PLACE_FUNCTION}(%s, %s)"
 
 
-def place_unplaced(conn: Connection) -> tuple[int, str]:
-    """Place every committed unplaced row (the caller's transaction holds the store's lock);
-    returns the last position placed and its order hash, (0, "") when there was nothing to place."""
-    with quiet_pipeline(conn):
-        waiting_cursor = conn.execute(_UNPLACED)
-        last_cursor = conn.execute(_LAST_PLACED)
-    waiting = waiting_cursor.fetchall()
-    if not waiting:
-        return 0, ""
-    position, order = last_cursor.fetchone() or (0, GENESIS_HASH)
-    row_ids, positions, orders = [], [], []
-    for row_id, event_hash in waiting:
-        position += 1
-        order = order_hash(order, position, event_hash)
-        row_ids.append(row_id)
-        positions.append(position)
-        orders.append(order)
-    conn.execute(_PLACE, (row_ids, positions, orders))
-    return int(position), order
+def place_unplaced(
+    conn: Connection, place_key: int, event_ids: Sequence[str] = ()
+) -> tuple[int, str, dict[str, int]]:
+    """Place every committed unplaced row, in one statement (the server-side function takes the
+    placing lock for the caller's transaction, reads the waiting rows, chains and stamps them).
+    Returns the last placed position and its order hash ((0, 64 zeros) on an empty log), and the
+    positions of ``event_ids`` (those placed)."""
+    positions: dict[str, int] = {}
+    last, order = 0, GENESIS_HASH
+    for event_id, position, order_hash in conn.execute(_PLACE, (place_key, list(event_ids))).fetchall():
+        if event_id is None:
+            last, order = int(position), str(order_hash)
+        elif position is not None:
+            positions[event_id] = int(position)
+    return last, order, positions
 
 
 def pg_hash_at(conn: Connection, cache: dict[str, Any] | None = None) -> Callable[[str, int], str | None]:

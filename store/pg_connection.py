@@ -66,6 +66,10 @@ class PostgresBase(EventStore):
         self.schema = schema
         self.tokenizer = tokenizer
         self.lock_key = lock_key(schema)
+        self.place_key = lock_key(f"{schema}/order")
+        """The lock under which rows are placed in the global order (store.pg_chain)."""
+        self.place_key = lock_key(f"{schema}/order")
+        """The lock under which rows are placed in the global order (store.pg_chain)."""
         self.session_lock_space = self.lock_key & 0x7FFFFFFF
         """The first key of the sessions' advisory locks (the second is the session id's hashtext)."""
         self._lineages: dict[str, Segments] = {}

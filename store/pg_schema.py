@@ -24,6 +24,7 @@ _TRIGGERS_V1: dict[str, tuple[str, str]] = {
 
 REFUSE_FUNCTION = "turnlog_refuse_change"
 ORDER_ONLY_FUNCTION = "turnlog_order_only"
+PLACE_FUNCTION = "turnlog_place"
 
 TRIGGERS: dict[str, tuple[str, str, str]] = {
     "events_no_update": ("event_log", "UPDATE", ORDER_ONLY_FUNCTION),
@@ -173,6 +174,37 @@ COMMENT ON FUNCTION {ORDER_ONLY_FUNCTION}() IS
     'turnlog: refuses every change to the log but placing a row in the order once';
 CREATE TRIGGER events_no_update BEFORE UPDATE ON event_log FOR EACH ROW
     EXECUTE FUNCTION {ORDER_ONLY_FUNCTION}();
+CREATE FUNCTION {PLACE_FUNCTION}(place_key bigint, ids text[])
+    RETURNS TABLE (placed_id text, placed_position bigint, placed_order text) LANGUAGE plpgsql AS $$
+DECLARE
+    last_position bigint;
+    last_order text;
+    waiting record;
+BEGIN
+    PERFORM pg_advisory_xact_lock(place_key);
+    SELECT l.position, l.order_hash INTO last_position, last_order FROM event_log l
+        WHERE l.position IS NOT NULL ORDER BY l.position DESC LIMIT 1;
+    IF last_position IS NULL THEN
+        last_position := 0;
+        last_order := repeat('0', 64);
+    END IF;
+    FOR waiting IN SELECT l.row_id, l.hash FROM event_log l WHERE l.position IS NULL ORDER BY l.row_id LOOP
+        last_position := last_position + 1;
+        last_order := encode(sha256(convert_to(
+            'turnlog-order-v2;' || length(last_order) || ':' || last_order || ';'
+            || length(last_position::text) || ':' || last_position || ';'
+            || length(waiting.hash) || ':' || waiting.hash || ';', 'UTF8')), 'hex');
+        UPDATE event_log SET position = last_position, order_hash = last_order
+            WHERE row_id = waiting.row_id;
+    END LOOP;
+    RETURN QUERY SELECT l.event_id::text, l.position, l.order_hash FROM event_log l
+        WHERE l.event_id = ANY(ids);
+    RETURN QUERY SELECT NULL::text, last_position, last_order;
+END
+$$;
+COMMENT ON FUNCTION {PLACE_FUNCTION}(bigint, text[]) IS
+    'turnlog: places every committed unplaced row in the order (under the placing lock), as '
+    'store/pg_chain.py describes; returns the rows of ids, then the last position and order hash';
 """,
     ),
 )

@@ -19,8 +19,8 @@ from psycopg.pq import TransactionStatus
 
 from turnlog.store.base import RecordedEvent
 from turnlog.store.dialect import Connection, PostgresDialect
-from turnlog.store.errors import StoreError
-from turnlog.store.pg_qmark import QmarkConnection
+from turnlog.store.errors import LockBusy, StoreError
+from turnlog.store.pg_qmark import QmarkConnection, quiet_pipeline
 from turnlog.store.pg_reading import pg_lineage, select_records
 
 WithinHook = Callable[[Any, Sequence[RecordedEvent]], None]
@@ -92,18 +92,23 @@ class PgProjectionStorage(_Base):
         return None if held is None else held.raw
 
     @contextlib.contextmanager
-    def atomic(self, *, durable: bool = True) -> Iterator[QmarkConnection]:
-        """A transaction in the store's schema, holding the store's write lock (the one appends take)
-        from its start, as SQLite's ``BEGIN IMMEDIATE`` does: two processes catching the projections
-        up take turns, and the second finds the first's checkpoints (no sum is ever added twice).
-        ``durable=False``: its commit does not wait for the disk — derived rows, remade from the log
-        if a crash takes them back."""
+    def atomic(self, *, durable: bool = True, wait: bool = True) -> Iterator[QmarkConnection]:
+        """A transaction in the store's schema, holding the store's write lock from its start (the
+        lock an append takes when it advances the projections in its own transaction), as SQLite's
+        ``BEGIN IMMEDIATE`` does: two processes catching the projections up take turns, and the
+        second finds the first's checkpoints (no sum is ever added twice). ``durable=False``: its
+        commit does not wait for the disk — derived rows, remade from the log if a crash takes them
+        back. ``wait=False``: LockBusy at once when another connection holds the lock."""
         with self.connection() as conn:
-            conn.execute("BEGIN")
             try:
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
-                if not durable:
-                    conn.execute("SET LOCAL synchronous_commit = off")
+                with quiet_pipeline(conn):  # one round trip
+                    conn.execute("BEGIN")
+                    lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+                    got = conn.execute(f"SELECT {lock}(%s)::text", (self.lock_key,))
+                    if not durable:
+                        conn.execute("SET LOCAL synchronous_commit = off")
+                if not wait and (got.fetchone() or ("false",))[0] != "true":
+                    raise LockBusy(f"{self.where}: another writer holds the store's lock")
                 yield QmarkConnection(conn, self.dialect)
             except BaseException:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:

@@ -259,9 +259,12 @@ class SQLiteBase(Store):
 
     # --- the one transaction helper ------------------------------------------------------------
 
-    def atomic(self, *, durable: bool = True) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    def atomic(
+        self, *, durable: bool = True, wait: bool = True
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``): committed when the block ends, rolled back if
-        it raises. sqlite3 errors inside are translated to StoreError.
+        it raises. sqlite3 errors inside are translated to StoreError. ``wait`` is ignored: SQLite's
+        one writer holds its lock only for a short transaction, so this always waits for it.
 
         ``durable=False`` is for derived state only (token counts, projection rows): its commit does
         not wait for the disk (``synchronous=NORMAL``). A power loss may undo it, never corrupt the

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -246,7 +247,7 @@ def test_a_terminated_connection_mid_append_is_a_clear_error_and_stores_nothing(
 
 
 def test_a_connection_lost_before_its_rows_are_placed_is_said_and_healed(pg_schema: str) -> None:
-    """Another writer holds the store's lock: the append commits its rows unplaced, then waits to
+    """Another writer holds the placing lock: the append commits its rows unplaced, then waits to
     place them. Lost there, the batch is stored but unseen; the error says so; a retry of the same
     batch, any later append, or verify places it, once and whole."""
     with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=2) as store:
@@ -263,10 +264,10 @@ def test_a_connection_lost_before_its_rows_are_placed_is_said_and_healed(pg_sche
                 outcome.append(exc)
 
         with psycopg.connect(pg_url(), autocommit=True) as other:
-            other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
+            other.execute("SELECT pg_advisory_lock(%s)", (store.place_key,))
             thread = threading.Thread(target=append)
             thread.start()
-            pid = _wait_for_lock_waiter(other, store.lock_key)
+            pid = _wait_for_lock_waiter(other, store.place_key)
             unplaced = other.execute(
                 f"SELECT count(*) FROM {pg_schema}.event_log WHERE position IS NULL"
             ).fetchone()
@@ -274,7 +275,7 @@ def test_a_connection_lost_before_its_rows_are_placed_is_said_and_healed(pg_sche
             assert snapshot(store) == before  # readers see only placed rows
             assert other.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
             thread.join(timeout=20)
-            other.execute("SELECT pg_advisory_unlock(%s)", (store.lock_key,))
+            other.execute("SELECT pg_advisory_unlock(%s)", (store.place_key,))
         (error,) = outcome
         assert isinstance(error, StoreError) and "\n" not in str(error)
         assert "stored but not yet placed in the global order" in str(error)
@@ -401,3 +402,34 @@ def test_processes_catching_up_a_backlog_together_apply_it_once(pg_schema: str) 
         report = audit(store)
         assert (report.totals.calls, report.totals.input) == (60, 600)
         assert store.verify().ok
+
+
+def test_a_writer_does_not_queue_behind_a_catch_up_and_a_read_catches_up(pg_schema: str) -> None:
+    """While another connection holds the store's (projections') lock, atomic(wait=False) refuses at
+    once and an append leaves its projection work to the next one who can: its events commit and are
+    placed all the same, and the next read brings every projection up to them, once."""
+    import turnlog
+    from turnlog.projections.sessions import list_sessions
+    from turnlog.store.errors import LockBusy
+
+    store = turnlog.open_store(f"{pg_url()}?schema={pg_schema}")
+    try:
+        store.append("s", [msg("first")])
+        with psycopg.connect(pg_url(), autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
+            with pytest.raises(LockBusy), store.atomic(wait=False):
+                pass
+            done: list[Any] = []
+            thread = threading.Thread(target=lambda: done.append(store.append("s", [msg("2"), msg("3")])))
+            thread.start()
+            thread.join(timeout=15)  # it must not wait for the lock (released only below)
+            assert done, "the append queued behind the lock"
+            assert [r.position for r in done[0]] == [2, 3]
+            other.execute("SELECT pg_advisory_unlock(%s)", (store.lock_key,))
+        with store.reading() as conn:
+            behind = conn.execute("SELECT min(position) FROM projection_checkpoints").fetchone()[0]
+        assert behind == 1  # the append left its projection work: the lock was taken
+        (listed,) = list_sessions(store)
+        assert (listed.session_id, listed.user_messages, listed.event_count) == ("s", 3, 3)
+    finally:
+        store.close()

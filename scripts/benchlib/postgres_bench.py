@@ -97,38 +97,61 @@ def turnlog_append(n: int, batch: int = 1, *, projections: bool = True) -> float
             store.close()
 
 
-def _writer(url: str, session: str, n: int, queue: Any) -> None:
+def _writer(url: str, session: str, n: int, queue: Any, floor: bool) -> None:
+    """One writer process: ``n`` appends of one event to its own session; puts its (start, end)
+    wall-clock times (the store opened before the start: only the appends are timed)."""
+    events = [_message(i) for i in range(n)]
+    if floor:
+        import psycopg
+
+        table, url = url.split("|")
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = [(session, json.dumps(event), 40) for event in events]
+            start = time.time()
+            for row in rows:
+                with conn.transaction():
+                    conn.execute(f"INSERT INTO {table}.msgs (session, msg, tokens) VALUES (%s, %s, %s)", row)
+            queue.put((start, time.time()))
+        return
     import turnlog
 
     store = turnlog.open_store(url)
     try:
-        events = [_message(i) for i in range(n)]
-        start = time.perf_counter()
+        start = time.time()
         for event in events:
             store.append(session, [event])
-        queue.put(time.perf_counter() - start)
+        queue.put((start, time.time()))
     finally:
         store.close()
 
 
-def writers(processes: int, n: int) -> float:
-    """``processes`` writer processes, each appending ``n`` events (one per append) to a session of
-    its own in one store: events/s in aggregate (from the first start to the last end)."""
+def writers(processes: int, n: int, *, floor: bool = False) -> float:
+    """``processes`` writer processes, each appending ``n`` events (one per commit) to a session of
+    its own in one store (``floor``: plain psycopg INSERT + COMMIT into the floor's table): events/s
+    in aggregate, from the first writer's first append to the last one's last."""
+    import psycopg
+
     import turnlog
 
     context = multiprocessing.get_context("fork")
     with schema() as name:
-        url = f"{server()}?schema={name}"
-        turnlog.open_store(url).close()  # the schema and the projections' tables, made once
+        if floor:
+            with psycopg.connect(server(), autocommit=True) as conn:
+                _floor_table(conn, name)
+            url = f"{name}|{server()}"
+        else:
+            url = f"{server()}?schema={name}"
+            turnlog.open_store(url).close()  # the schema and the projections' tables, made once
         queue = context.Queue()
-        procs = [context.Process(target=_writer, args=(url, f"w{i}", n, queue)) for i in range(processes)]
-        start = time.perf_counter()
+        procs = [
+            context.Process(target=_writer, args=(url, f"w{i}", n, queue, floor)) for i in range(processes)
+        ]
         for proc in procs:
             proc.start()
+        times = [queue.get(timeout=600) for _ in procs]
         for proc in procs:
             proc.join()
-        elapsed = time.perf_counter() - start
-        return processes * n / elapsed
+        return processes * n / (max(end for _, end in times) - min(start for start, _ in times))
 
 
 def build(messages: int, repeat: int) -> tuple[float, float]:
@@ -248,7 +271,9 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     result["floor_batch"] = floor_append(n * 5, batch=1000)
     result["turnlog_batch"] = turnlog_append(n * 5, batch=1000)
     log("postgres: writer processes on sessions of their own")
-    result["writers"] = {p: writers(p, n // 4 if quick else 500) for p in (1, 2, 4, 8)}
+    per_writer = n // 4 if quick else 500
+    result["writers"] = {p: writers(p, per_writer) for p in (1, 2, 4, 8)}
+    result["floor_writers"] = {p: writers(p, per_writer, floor=True) for p in (1, 2, 4, 8)}
     log("postgres: context builds")
     sizes = (2000,) if quick else (2000, 20000, 200000)
     result["build"] = {m: build(m, 20 if quick else 50) for m in sizes}
@@ -279,12 +304,19 @@ def render(result: dict[str, Any], command: str) -> str:
         f"| batch append, 1,000 per commit (events/s) | {result['turnlog_batch']:,.0f} | "
         f"{result['floor_batch']:,.0f} | {result['turnlog_batch'] / result['floor_batch']:.2f}× | |",
     ]
+    floors = result["floor_writers"]
+    floor_scale = floors[8] / floors[1]
     for processes, rate in writers_.items():
         lines.append(
             f"| {processes} writer process{'es' if processes > 1 else ''}, a session each "
-            "(events/s, total) | "
-            f"{rate:,.0f} | | {rate / writers_[1]:.2f}× one writer | "
-            + (f"≥ 4× one writer: {_met(scale >= 4)} |" if processes == 8 else "|")
+            f"(events/s, total; ratio: to one writer, and to the floor with as many writers) | "
+            f"{rate:,.0f} | {floors[processes]:,.0f} | {rate / writers_[1]:.2f}× one; "
+            f"{rate / floors[processes]:.2f}× floor | "
+            + (
+                f"≥ 4× one writer: {_met(scale >= 4)} (the floor itself: {floor_scale:.2f}×) |"
+                if processes == 8
+                else "|"
+            )
         )
     for messages, (ms, floor) in result["build"].items():
         ratio = ms / floor
@@ -299,14 +331,16 @@ def render(result: dict[str, Any], command: str) -> str:
     )
     lines += [
         "",
-        "Why the writer processes do not scale yet: every event's hash covers the previous event of the "
-        "whole store, so each append holds the store's advisory lock through its commit and fsync "
-        '(docs/backends.md, "The chain and the order": per-session chains and a sequencer are the '
-        "planned fix). The rest of the gap is round trips: the projections advance inside each append's "
-        "transaction one statement at a time (about ten per event, each a round trip to the server), and a "
-        "build reads its rows in several queries (SQLite pays nothing per statement; PostgreSQL pays the "
-        "network each time) — batching them into a few statements per append and per build is issue 20's "
-        "work on this backend.",
+        f"Writer processes: each session has its own hash chain and the global order is placed after "
+        f"commit (docs/backends.md), so writers of different sessions share no lock through their "
+        f"commits. Eight writers reach {scale:.2f}× one writer; the plain psycopg floor, with nothing "
+        f"shared at all, reaches {floor_scale:.2f}× on this machine ({os.cpu_count()} cores for the "
+        f"server and every writer): the 4× target assumes cores that are not here, so the figure to "
+        f"read is turnlog against the floor with as many writers, {writers_[8] / floors[8]:.2f}× at 8. "
+        "An append costs more than the floor's one INSERT because it also reads its heads, writes its "
+        "blobs and advances the projections in the same transaction (each statement a round trip and "
+        "about 20–30 µs of Python in psycopg); a build reads the projection's rows in a handful of "
+        "queries where the floor reads one.",
     ]
     return "\n".join(lines)
 
