@@ -38,6 +38,7 @@ from turnlog.store.events import (
     SessionStarted,
     SummaryRecorded,
     ToolReturned,
+    UsageRecorded,
     parse_event,
 )
 from turnlog.store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
@@ -350,6 +351,11 @@ def check_semantics(
             _check_target(
                 lookup, session_id, condensed, ("tool_returned",), batch_removable,
                 f"{event.type}: no tool output with event id {condensed!r}",
+            )  # fmt: skip
+        elif isinstance(event, UsageRecorded) and event.call_event_id is not None:
+            _check_target(
+                lookup, session_id, event.call_event_id, ("message_appended",), batch_messages,
+                f"usage_recorded: call_event_id names no message {event.call_event_id!r}",
             )  # fmt: skip
         elif isinstance(event, (MessagePinned, MessageUnpinned)):
             target = event.target_event_id

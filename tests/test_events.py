@@ -34,6 +34,7 @@ from turnlog.store import (
     TodoItem,
     ToolCall,
     ToolReturned,
+    UsageRecorded,
     events_loop,
     events_policy,
     limits,
@@ -71,6 +72,7 @@ def _instances() -> list[BaseModel]:
         events_loop.Origin(framework="openai-agents", item={"type": "message", "content": [None]}),
         events_policy.SessionPolicy(budget=8000, tool_output_modes={"search": "auto"}),
         events_policy.CondenserInfo(mode="custom", name="grep-errors"),
+        UsageRecorded(model="m", input_tokens=10, output_tokens=2, scope="run", calls=3, source="swe-agent"),
     ]
     return [*example_events(), *values]
 
@@ -381,6 +383,8 @@ def test_every_int_field_is_bounded(instance: BaseModel) -> None:
         ok = 10**9 if name != "level" else 32
         if name in ("first_version", "last_version"):
             continue  # the range check ties these two together
+        if name == "calls" and getattr(instance, "scope", None) == "call":
+            continue  # only a run's totals count calls (test_usage_scope_fields)
         type(instance).model_validate({**data, name: ok})
 
 
@@ -517,3 +521,47 @@ def test_text_that_is_not_json_is_not_refused_for_its_brackets() -> None:
     limits.check_json_depth("function f() {" * 300, "x")
     with pytest.raises(ValidationError, match="nested more than 128"):
         ToolCall(id="c", name="f", arguments="[" * 100_000)  # a JSON parser would recurse into it
+
+
+def test_usage_scope_fields() -> None:
+    """usage_recorded 2: calls only with a run's totals, call_event_id only with one call; a
+    version-1 payload reads as one call with the new fields at their defaults."""
+    with pytest.raises(ValidationError, match="scope 'run' only"):
+        UsageRecorded(model="m", input_tokens=1, output_tokens=1, calls=2)
+    with pytest.raises(ValidationError, match="have none"):
+        UsageRecorded(model="m", input_tokens=1, output_tokens=1, scope="run", call_event_id="e1")
+    with pytest.raises(ValidationError):
+        UsageRecorded(model="m", input_tokens=1, output_tokens=1, cost_usd=float("nan"))
+    old = parse_event({"type": "usage_recorded", "schema_version": 1, "model": "m", "input_tokens": 5,
+                       "output_tokens": 2})  # fmt: skip
+    assert isinstance(old, UsageRecorded) and old.schema_version == 2
+    assert (old.scope, old.calls, old.call_event_id, old.cost_usd, old.output_lower_bound) == (
+        "call",
+        None,
+        None,
+        None,
+        False,
+    )
+
+
+def test_usage_names_the_call_it_belongs_to_in_its_session(tmp_path: Path) -> None:
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        answer = MessageAppended(role="assistant", content="done")
+        store.append("s", [MessageAppended(role="user", content="go"), answer])
+        usage = UsageRecorded(model="m", input_tokens=9, output_tokens=1, call_event_id=answer.event_id)
+        store.append("s", [usage])  # the message stored before it
+        other = MessageAppended(role="assistant", content="in the same batch")
+        store.append(
+            "s",
+            [other, UsageRecorded(model="m", input_tokens=1, output_tokens=1, call_event_id=other.event_id)],
+        )
+        with pytest.raises(InvalidEventError, match="call_event_id names no message"):
+            store.append(
+                "t",
+                [UsageRecorded(model="m", input_tokens=1, output_tokens=1, call_event_id=answer.event_id)],
+            )
+        with pytest.raises(InvalidEventError, match="call_event_id names no message"):
+            store.append(
+                "s", [UsageRecorded(model="m", input_tokens=1, output_tokens=1, call_event_id=usage.event_id)]
+            )
+        assert store.head_version("s") == 5 and store.head_version("t") == 0
