@@ -3,6 +3,7 @@ in turnlog's own lossless jsonl or as OpenAI or Anthropic transcripts (which imp
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import click
 
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
-from turnlog.importers import IMPORT_FORMATS, import_file
+from turnlog.importers import formats, import_path
 from turnlog.output import echo_json_chunks, emit, json_option
 
 
@@ -58,39 +59,55 @@ def export(ctx: _Context, sessions: tuple[str, ...], fmt: str, output: str, as_j
 
 
 @cli.command("import")
-@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("path", type=click.Path(allow_dash=True))
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(sorted(IMPORT_FORMATS)),
-    required=True,
-    help="The transcript's format.",
+    type=click.Choice(sorted(formats())),
+    help="The transcript's format (default: recognized from the file).",
 )
 @click.option("--session", help="Session id (NAME-1, NAME-2... when the file has several).")
+@click.option("--model", help="The model, where the transcript names none (e.g. gpt-4o).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 @pass_ctx
-def import_(ctx: _Context, file: str, fmt: str, session: str | None, quiet: bool, as_json: bool) -> None:
-    """Import FILE ('-' for standard input) as sessions, one per conversation.
+def import_(
+    ctx: _Context,
+    path: str,
+    fmt: str | None,
+    session: str | None,
+    model: str | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Import PATH (a file, a folder of logs for the formats that read folders, or '-' for
+    standard input with --format) as sessions, one per conversation.
 
-    The whole file is checked before anything is written; then each conversation is stored
+    The whole input is checked before anything is written; then each conversation is stored
     whole, in one transaction. Safe to re-run: an already imported conversation is skipped, a
     grown one gets its new messages appended, and an interrupted import is finished.
-
-    \b
-    Example:
-      turnlog import chat.json --format openai --session support-42
     """
     # Bytes: the importer decodes them and names the first byte that is not UTF-8.
-    data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    source: Path | bytes = sys.stdin.buffer.read() if path == "-" else Path(path)
+    if isinstance(source, Path) and not source.exists():
+        raise click.ClickException(f"{path} does not exist")
     bar = _ProgressBar("importing", enabled=not quiet and not as_json)
     with ctx.open(create=True) as store, bar:
-        result = import_file(store, data, fmt, session=session, progress=bar.update)
+        _, result = import_path(store, source, fmt, session=session, model=model, progress=bar.update)
     emit(
         result.sessions,
         as_json=as_json,
         columns=["session_id", "events", "appended", "skipped"],
     )
+
+
+def _formats_help() -> str:
+    lines = [f"  {name:<12} {fmt.describe}" for name, fmt in sorted(formats().items())]
+    example = "  turnlog import chat.json --format openai --session support-42"
+    return "\n\b\nFormats:\n" + "\n".join(lines) + f"\n\n\b\nExample:\n{example}\n"
+
+
+import_.help = inspect.cleandoc(import_.help or "") + "\n" + _formats_help()
 
 
 class _ProgressBar:

@@ -8,13 +8,14 @@ only the new events."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from turnlog.importers.base import (
     Conversation,
     ImportResult,
     check_unicode,
-    decode_text,
     derive_event_id,
     import_conversations,
     with_derived_ids,
@@ -22,16 +23,69 @@ from turnlog.importers.base import (
 from turnlog.importers.from_jsonl import parse_jsonl
 from turnlog.importers.from_openai import parse_openai
 from turnlog.importers.from_pydantic_ai import parse_pydantic_ai
+from turnlog.importers.registry import ImportFormat, first_json, formats, read_conversations, register
 from turnlog.store import EventStore, InvalidEventError
 
 Parser = Callable[..., list[Conversation]]
+
+
+def _is_jsonl(path: Path, head: str) -> bool:
+    first = first_json(head)
+    return isinstance(first, dict) and all(
+        key in first for key in ("session_id", "version", "event_id", "event")
+    )
+
+
+def _is_openai(path: Path, head: str) -> bool:
+    text = head.lstrip("\ufeff \t\r\n")
+    return bool(_OPENAI_START.match(text)) and '"kind"' not in text[:200]
+
+
+def _is_pydantic_ai(path: Path, head: str) -> bool:
+    text = head.lstrip("\ufeff \t\r\n")
+    return text.startswith("[") and '"parts"' in text and bool(_PYDANTIC_KIND.search(text))
+
+
+_OPENAI_START = re.compile(r'^(\[\s*)?\{\s*"(role|messages|id|title|model)"\s*:')
+_PYDANTIC_KIND = re.compile(r'"kind"\s*:\s*"(request|response)"')
+
+register(ImportFormat("jsonl", "turnlog's own lossless export", parse=parse_jsonl, detect=_is_jsonl))
+register(ImportFormat("openai", "OpenAI chat-completions transcripts", parse=parse_openai, detect=_is_openai))
+register(
+    ImportFormat(
+        "pydantic-ai", "pydantic-ai message histories", parse=parse_pydantic_ai, detect=_is_pydantic_ai
+    )
+)
 
 IMPORT_FORMATS: dict[str, Parser] = {
     "jsonl": parse_jsonl,
     "openai": parse_openai,
     "pydantic-ai": parse_pydantic_ai,
 }
-"""Format name -> parser of a file's text into conversations (``parse(text, session=...)``)."""
+"""The formats read from a file's text: name -> ``parse(text, session=...)`` (every format, files
+and folders too: :func:`turnlog.importers.registry.formats`)."""
+
+
+def import_path(
+    store: EventStore,
+    source: Path | bytes,
+    fmt: str | None = None,
+    *,
+    session: str | None = None,
+    model: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[str, ImportResult]:
+    """Import a file or folder (or the bytes of standard input, with ``fmt``) in format ``fmt``,
+    detected when None; ``model`` is written where the source names none. Everything is read and
+    checked before anything is written. Returns the format used and what was imported."""
+    if session is not None:
+        check_unicode(session, "--session")
+    if model is not None:
+        check_unicode(model, "--model")
+        if not model.strip():
+            raise InvalidEventError("--model: give a model name")
+    used, conversations = read_conversations(source, fmt, session=session, model=model)
+    return used, _store(store, conversations, progress)
 
 
 def import_file(
@@ -40,17 +94,21 @@ def import_file(
     fmt: str,
     *,
     session: str | None = None,
+    model: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportResult:
     """Parse ``text`` (str, or bytes of UTF-8) in format ``fmt`` and import its conversations (see
     import_conversations). The whole file is parsed before anything is written.
     ``progress(done, total)`` counts events, called after each batch."""
-    parser = IMPORT_FORMATS.get(fmt)
-    if parser is None:
-        raise InvalidEventError(f"unknown import format {fmt!r} (known: {', '.join(IMPORT_FORMATS)})")
-    if session is not None:
-        check_unicode(session, "--session")
-    conversations = parser(decode_text(text), session=session)
+    if fmt not in formats():
+        raise InvalidEventError(f"unknown import format {fmt!r} (known: {', '.join(sorted(formats()))})")
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return import_path(store, data, fmt, session=session, model=model, progress=progress)[1]
+
+
+def _store(
+    store: EventStore, conversations: Sequence[Conversation], progress: Callable[[int, int], None] | None
+) -> ImportResult:
     total = sum(len(c.events) for c in conversations)
     done = 0
 
@@ -66,13 +124,17 @@ def import_file(
 __all__ = [
     "IMPORT_FORMATS",
     "Conversation",
+    "ImportFormat",
     "ImportResult",
     "Parser",
     "derive_event_id",
+    "formats",
     "import_conversations",
     "import_file",
+    "import_path",
     "parse_jsonl",
     "parse_openai",
     "parse_pydantic_ai",
+    "register",
     "with_derived_ids",
 ]
