@@ -12,7 +12,7 @@ import click
 
 from turnlog.cli_group import _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
-from turnlog.importers import formats, import_path
+from turnlog.importers import formats, prepare_import, store_conversations
 from turnlog.output import echo_json_chunks, emit, json_option
 
 
@@ -91,9 +91,11 @@ def import_(
     source: Path | bytes = sys.stdin.buffer.read() if path == "-" else Path(path)
     if isinstance(source, Path) and not source.exists():
         raise click.ClickException(f"{path} does not exist")
+    # Everything read and checked first: bad input leaves no store behind, not even an empty one.
+    _, conversations = prepare_import(source, fmt, session=session, model=model)
     bar = _ProgressBar("importing", enabled=not quiet and not as_json)
     with ctx.open(create=True) as store, bar:
-        _, result = import_path(store, source, fmt, session=session, model=model, progress=bar.update)
+        result = store_conversations(store, conversations, progress=bar.update)
     emit(
         result.sessions,
         as_json=as_json,

@@ -78,14 +78,22 @@ def import_path(
     """Import a file or folder (or the bytes of standard input, with ``fmt``) in format ``fmt``,
     detected when None; ``model`` is written where the source names none. Everything is read and
     checked before anything is written. Returns the format used and what was imported."""
+    used, conversations = prepare_import(source, fmt, session=session, model=model)
+    return used, store_conversations(store, conversations, progress)
+
+
+def prepare_import(
+    source: Path | bytes, fmt: str | None = None, *, session: str | None = None, model: str | None = None
+) -> tuple[str, list[Conversation]]:
+    """Read and check everything :func:`import_path` would import, without a store: the format used
+    and the conversations (so a command can refuse bad input before it opens, or creates, a store)."""
     if session is not None:
         check_unicode(session, "--session")
     if model is not None:
         check_unicode(model, "--model")
         if not model.strip():
             raise InvalidEventError("--model: give a model name")
-    used, conversations = read_conversations(source, fmt, session=session, model=model)
-    return used, _store(store, conversations, progress)
+    return read_conversations(source, fmt, session=session, model=model)
 
 
 def import_file(
@@ -106,9 +114,12 @@ def import_file(
     return import_path(store, data, fmt, session=session, model=model, progress=progress)[1]
 
 
-def _store(
-    store: EventStore, conversations: Sequence[Conversation], progress: Callable[[int, int], None] | None
+def store_conversations(
+    store: EventStore,
+    conversations: Sequence[Conversation],
+    progress: Callable[[int, int], None] | None = None,
 ) -> ImportResult:
+    """Import conversations read by :func:`prepare_import`; ``progress(done, total)`` counts events."""
     total = sum(len(c.events) for c in conversations)
     done = 0
 
@@ -135,6 +146,8 @@ __all__ = [
     "parse_jsonl",
     "parse_openai",
     "parse_pydantic_ai",
+    "prepare_import",
     "register",
+    "store_conversations",
     "with_derived_ids",
 ]
