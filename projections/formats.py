@@ -28,6 +28,8 @@ def to_openai(message: ContextMessage) -> dict[str, Any]:
     if message.role == "tool":
         out["tool_call_id"] = message.tool_call_id
         out["content"] = message.content
+        if message.name:  # set by a transcript export (the tool's name), not by built contexts
+            out["name"] = message.name
         return out
     if message.role == "assistant" and message.tool_calls:
         out["content"] = message.content or None

@@ -211,3 +211,25 @@ def test_largest_usage_values_are_kept(file_store: SQLiteStore) -> None:
     usage["prompt_tokens"] = MAX_TOKENS + 1
     with pytest.raises(InvalidEventError, match="prompt_tokens must be a whole number"):
         import_file(file_store, json.dumps({"messages": SIMPLE, "usage": usage}), "openai", session="t")
+
+
+def test_a_tool_messages_name_survives_the_openai_round_trip() -> None:
+    from turnlog.exporters import export_openai
+
+    doc = {
+        "id": "c",
+        "messages": [
+            {"role": "user", "content": "find it"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "grep", "arguments": "{}"}},
+                {"id": "t2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "t1", "name": "grep", "content": "found"},
+            {"role": "tool", "tool_call_id": "t2", "content": "a b"},
+        ],
+    }  # fmt: skip
+    with SQLiteStore.open(":memory:") as store:
+        import_file(store, json.dumps(doc), "openai")
+        tools = [m for m in export_openai(store, "c")["messages"] if m["role"] == "tool"]
+        # The name given is kept; one not given is the call's function name.
+        assert [(m["tool_call_id"], m.get("name")) for m in tools] == [("t1", "grep"), ("t2", "ls")]

@@ -315,6 +315,7 @@ def _messages(records: Sequence[RecordedEvent]) -> list[ContextMessage]:
                     order=(record.version, 0),
                     tool_call_id=event.tool_call_id,
                     is_error=event.is_error,
+                    name=event.tool_name,  # kept by the openai format (a tool message's "name")
                 )
             )
     return out

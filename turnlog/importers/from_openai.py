@@ -191,7 +191,10 @@ def _openai_message(
         if not isinstance(call_id, str) or not call_id:
             raise InvalidEventError(f"{position}: a tool message needs 'tool_call_id'")
         return ToolReturned(
-            event_id=event_id, tool_call_id=call_id, tool_name=call_names.get(call_id), content=content
+            event_id=event_id,
+            tool_call_id=call_id,
+            tool_name=name or call_names.get(call_id),
+            content=content,
         )
     if role == "function":
         fn_name = name or ""
