@@ -20,6 +20,8 @@ from turnlog.projections.context_types import (
     Category,
     ContextBudgetError,
     ContextMessage,
+    message_cost,
+    tool_output_cost,
 )
 from turnlog.projections.formats import render
 from turnlog.store import (
@@ -93,13 +95,7 @@ class ContextBuilder(ContextReader):
     ) -> ContextMessage:
         role = event.role
         calls = event.tool_calls or ()
-        full = (
-            PER_MESSAGE
-            + self.costs[role]
-            + row.tokens
-            + (PER_NAME if event.name else 0)
-            + len(calls) * self.costs["function"]
-        )
+        full = message_cost(self.costs, role, row.tokens, bool(event.name), len(calls))
         content, tokens, shown = event.content, full, None
         if cap is not None and row.tokens > cap and len(event.content.encode("utf-8")) > cap:
             other = self.tok.count_all(other_texts(event))
@@ -165,7 +161,7 @@ class ContextBuilder(ContextReader):
         head: Row,
         sub: int,
     ) -> ContextMessage:
-        full = PER_MESSAGE + self.costs["tool"] + row.tokens
+        full = tool_output_cost(self.costs, row.tokens)
         content, mode, tokens, shown = event.content, "full", full, None
         condensed = None
         if cap is not None and row.tokens > cap:

@@ -171,6 +171,17 @@ def _costs_for(name: str, tok: Tokenizer) -> dict[str, int]:
     return {word: tok.count(word) for word in ("system", "user", "assistant", "tool", "function")}
 
 
+def message_cost(costs: dict[str, int], role: str, tokens: int, named: bool, calls: int) -> int:
+    """A whole message's tokens in a context (the OpenAI chat rule: 3 per message, its role, its
+    event's own tokens — content, name, tool calls —, 1 more for a name, and a call's type word)."""
+    return PER_MESSAGE + costs[role] + tokens + (PER_NAME if named else 0) + calls * costs["function"]
+
+
+def tool_output_cost(costs: dict[str, int], tokens: int) -> int:
+    """A whole tool output's tokens in a context (its event's tokens hold its call id and text)."""
+    return PER_MESSAGE + costs["tool"] + tokens
+
+
 def role_costs(tok: Tokenizer) -> dict[str, int]:
     """Tokens of each role word (and of a function call's type), counted once per tokenizer."""
     return _costs_for(tok.name, tok)

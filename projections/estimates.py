@@ -1,0 +1,245 @@
+"""turnlog's own estimate of what each model call was sent, to put beside what the provider billed.
+
+A session's calls are the ones replay counts (projections.replay): each ``usage_recorded`` of one
+call is a call, its answer the assistant message it names (``call_event_id``) or else the first
+assistant message since the call before; a session without such usage counts each assistant
+message as a call. A call's estimate is:
+
+- the recorded manifest's total, when turnlog built the call's context (a ``context_built`` just
+  before its answer): exactly what turnlog sent;
+- otherwise the transcript: every live message and tool output before the answer, whole, counted by
+  the OpenAI chat rule (3 tokens per message, its role, its text, 1 more per name, 3 for the reply's
+  priming: projections.context_types), with the store's tokenizer. That is what an agent that sends
+  its whole history (SWE-agent, most frameworks) was billed for.
+
+An estimate is **exact** when the model's own tokenizer is the store's and its provider counts by
+that rule (OpenAI's cl100k_base models with a cl100k_base store); otherwise it is **approximate**
+(Claude and Gemini tokenizers are not public; OpenAI's o200k_base models are counted with the
+store's encoding), and :func:`calibration` learns, per model, the ratio billed ÷ estimated from the
+usage in the store. One linear pass over each session's events (rewinds and removals followed)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from turnlog.projections.context_types import PRIME_TOKENS, message_cost, role_costs, tool_output_cost
+from turnlog.store import (
+    ContextBuilt,
+    MessageAppended,
+    MessageRemoved,
+    RecordedEvent,
+    SessionRewound,
+    SessionStarted,
+    Store,
+    ToolReturned,
+    UsageRecorded,
+)
+
+
+@dataclass(frozen=True)
+class CallEstimate:
+    """One model call: what was billed beside what turnlog estimates it was sent."""
+
+    session_id: str
+    number: int
+    """1, 2, 3, ... in the session, as replay numbers its calls."""
+    position: int
+    """The log position of the call's usage (of its answer when it has no usage)."""
+    run_id: str | None
+    model: str | None
+    day: str
+    """The UTC day of the call's usage (or answer), ``YYYY-MM-DD``."""
+    billed_input: int | None
+    """Input tokens the provider billed for this call (None: usage not recorded per call)."""
+    billed_output: int | None
+    estimated_input: int
+    exact: bool
+    """Counted with the model's own tokenizer and rule; False: approximate."""
+    source: Literal["manifest", "transcript"]
+
+
+@dataclass(frozen=True)
+class RunTotal:
+    """Usage a source reported only as totals (``scope="run"``), to compare with the sum of its
+    calls' estimates."""
+
+    session_id: str
+    run_id: str | None
+    model: str
+    day: str
+    billed_input: int
+    billed_output: int
+    calls: int | None
+
+
+def is_exact(model: str | None, tokenizer: str) -> bool:
+    """Whether ``model`` is counted exactly by a store whose tokenizer is ``tokenizer``: an OpenAI
+    model whose encoding (tiktoken's own table, no download) is the store's."""
+    if not model:
+        return False
+    import tiktoken.model
+
+    with contextlib.suppress(KeyError):
+        return tiktoken.model.encoding_name_for_model(model) == tokenizer.removesuffix("_offline")
+    return False
+
+
+def session_estimates(store: Store, session_id: str) -> tuple[list[CallEstimate], list[RunTotal]]:
+    """The session's calls with their estimates, and its run-level usage totals."""
+    return _Walk(store, session_id).run(store.read_session(session_id))
+
+
+def store_estimates(
+    store: Store, sessions: Iterable[str] | None = None
+) -> tuple[list[CallEstimate], list[RunTotal]]:
+    """:func:`session_estimates` of every session (or of ``sessions``), in session order."""
+    names = sessions if sessions is not None else [s.session_id for s in store.sessions()]
+    calls: list[CallEstimate] = []
+    runs: list[RunTotal] = []
+    for name in names:
+        found, totals = session_estimates(store, name)
+        calls += found
+        runs += totals
+    return calls, runs
+
+
+def calibration(calls: Sequence[CallEstimate], runs: Sequence[RunTotal] = ()) -> dict[str, float]:
+    """Per model whose estimates are approximate: billed input ÷ estimated input, over the calls
+    billed one by one and the runs billed as totals (a positive number; models with nothing to
+    compare are left out)."""
+    billed: dict[str, int] = {}
+    estimated: dict[str, int] = {}
+    for call in calls:
+        if call.exact or call.model is None or call.billed_input is None:
+            continue
+        billed[call.model] = billed.get(call.model, 0) + call.billed_input
+        estimated[call.model] = estimated.get(call.model, 0) + call.estimated_input
+    for run in runs:
+        mine = [c for c in calls if c.session_id == run.session_id and c.run_id == run.run_id and not c.exact]
+        if mine and all(c.billed_input is None for c in mine):
+            billed[run.model] = billed.get(run.model, 0) + run.billed_input
+            estimated[run.model] = estimated.get(run.model, 0) + sum(c.estimated_input for c in mine)
+    return {model: billed[model] / estimated[model] for model in sorted(billed) if estimated.get(model)}
+
+
+class _Walk:
+    """One pass over a session's records (see the module)."""
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.session_id = session_id
+        self.tokenizer = store.tokenizer.name
+        self.costs = role_costs(store.tokenizer)
+        self.count = store.count_event_tokens
+        self.live: dict[str, tuple[int, int]] = {}  # event id -> (version, tokens in a context)
+        self.total = 0
+        self.before: dict[str, tuple[int, RecordedEvent, RecordedEvent | None]] = {}
+        """An assistant message's id -> (the transcript's tokens before it, the message, its manifest)."""
+
+    def _add(self, record: RecordedEvent, tokens: int) -> None:
+        self.live[record.event_id] = (record.version, tokens)
+        self.total += tokens
+
+    def _tokens(self, record: RecordedEvent) -> int:
+        return record.tokens if record.tokens is not None else self.count(record.event)
+
+    def run(self, records: Sequence[RecordedEvent]) -> tuple[list[CallEstimate], list[RunTotal]]:
+        has_calls = any(isinstance(r.event, UsageRecorded) and r.event.scope == "call" for r in records)
+        session_model = None
+        calls: list[CallEstimate] = []
+        runs: list[RunTotal] = []
+        pending: list[str] = []  # assistant messages since the last call
+        manifest: RecordedEvent | None = None
+        for record in records:
+            event = record.event
+            if isinstance(event, SessionStarted) and record.session_id == self.session_id:
+                session_model = event.model or session_model
+            elif isinstance(event, ContextBuilt):
+                manifest = record
+            elif isinstance(event, MessageAppended):
+                if event.role == "assistant":
+                    self.before[event.event_id] = (self.total, record, manifest)
+                    manifest = None
+                    if has_calls:
+                        pending.append(event.event_id)
+                    else:
+                        calls.append(self._call(len(calls) + 1, record, None, session_model))
+                cost = message_cost(
+                    self.costs,
+                    event.role,
+                    self._tokens(record),
+                    bool(event.name),
+                    len(event.tool_calls or ()),
+                )
+                self._add(record, cost)
+            elif isinstance(event, ToolReturned):
+                self._add(record, tool_output_cost(self.costs, self._tokens(record)))
+            elif isinstance(event, MessageRemoved):
+                for target in event.target_event_ids:
+                    gone = self.live.pop(target, None)
+                    if gone is not None:
+                        self.total -= gone[1]
+            elif isinstance(event, SessionRewound):
+                for event_id, (version, tokens) in list(self.live.items()):
+                    if version > event.to_version:
+                        del self.live[event_id]
+                        self.total -= tokens
+            elif isinstance(event, UsageRecorded):
+                if event.scope == "run":
+                    runs.append(
+                        RunTotal(record.session_id, event.run_id, event.model, record.recorded_at[:10],
+                                 event.input_tokens, event.output_tokens, event.calls)
+                    )  # fmt: skip
+                    continue
+                answer = event.call_event_id or (pending[0] if pending else None)
+                if answer is not None and answer in pending:
+                    pending.remove(answer)
+                calls.append(self._call(len(calls) + 1, record, event, session_model, answer))
+        if not has_calls and runs:
+            # Calls billed only as a run's totals: each takes the run's model when it names none.
+            only = runs[0].model if len({r.model for r in runs}) == 1 else None
+            calls = [
+                c if c.model is not None or only is None else _with_model(c, only, self.tokenizer)
+                for c in calls
+            ]
+        return calls, runs
+
+    def _call(
+        self,
+        number: int,
+        record: RecordedEvent,
+        usage: UsageRecorded | None,
+        session_model: str | None,
+        answer: str | None = None,
+    ) -> CallEstimate:
+        model = usage.model if usage is not None else session_model
+        answered = self.before.get(answer or record.event_id)
+        source: Literal["manifest", "transcript"] = "transcript"
+        if answered is not None and answered[2] is not None and isinstance(answered[2].event, ContextBuilt):
+            estimate, source = answered[2].event.total_tokens, "manifest"
+        else:
+            estimate = (answered[0] if answered is not None else self.total) + PRIME_TOKENS
+        return CallEstimate(
+            session_id=self.session_id,
+            number=number,
+            position=record.position,
+            run_id=usage.run_id if usage is not None else None,
+            model=model,
+            day=record.recorded_at[:10],
+            billed_input=usage.input_tokens if usage is not None else None,
+            billed_output=usage.output_tokens if usage is not None else None,
+            estimated_input=estimate,
+            exact=is_exact(model, self.tokenizer),
+            source=source,
+        )
+
+
+def _with_model(call: CallEstimate, model: str, tokenizer: str) -> CallEstimate:
+    from dataclasses import replace
+
+    return replace(call, model=model, exact=is_exact(model, tokenizer))
+
+
+__all__ = ["CallEstimate", "RunTotal", "calibration", "is_exact", "session_estimates", "store_estimates"]
