@@ -34,6 +34,7 @@ import random
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -58,7 +59,11 @@ from langgraph.checkpoint.base import (  # noqa: E402
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
 from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
-from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
+from turnlog.integrations.langgraph_index import (  # noqa: E402
+    LatestCheckpoint,
+    ThreadCheckpoints,
+    ThreadMessages,
+)
 from turnlog.projections.langgraph_index import (  # noqa: E402
     CHECKPOINT_MEDIA,
     FRAMEWORK,
@@ -67,6 +72,8 @@ from turnlog.projections.langgraph_index import (  # noqa: E402
     WriteRow,
     find_checkpoints,
     has_rows,
+    indexed_through,
+    writes_from,
     writes_of,
 )
 from turnlog.projections.live import live_marks  # noqa: E402
@@ -94,6 +101,7 @@ _FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")  # SqliteSaver's rule for metadat
 _SERDE = re.compile(r"serde=([^;]+)")
 _MAX_TARGETS = 1000  # message_removed names at most this many events
 _PAGE = 256  # checkpoints read per query by list()
+_THREADS = 256  # threads whose latest checkpoints are kept in memory (the least recently used go)
 
 _Query = Callable[[Connection], Any]
 
@@ -126,6 +134,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         """Whether the root namespace's ``messages`` channel is also written as message events."""
         self._lock = threading.RLock()
         self._messages: dict[str, ThreadMessages] = {}
+        self._threads: OrderedDict[str, ThreadCheckpoints] = OrderedDict()
 
     @property
     def store(self) -> Store:
@@ -160,7 +169,72 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         known = self._messages.get(sid)
         if known is not None and known.live is not None and known.version == head:
             known.fold(records)
+        thread = self._threads.get(sid)
+        if thread is not None and thread.version == head:
+            thread.fold(records)  # what the saver wrote is what it will be asked for next
+        else:
+            self._threads.pop(sid, None)
         return records
+
+    # --- the threads' latest checkpoints, in memory (integrations.langgraph_index) -----------------
+
+    def _thread(self, sid: str, *, fresh: bool) -> ThreadCheckpoints:
+        """The thread's checkpoints as this saver knows them; ``fresh``: advanced to the log's head
+        first (one query when nothing is new), since another writer may have appended. A writer
+        uses what it knows without asking: the append's expected version checks it."""
+        thread = self._threads.get(sid)
+        if thread is None or fresh:
+            head = self._store.head_version(sid)
+            if thread is None or head < thread.version:
+                thread = ThreadCheckpoints(version=head, complete=head == 0)
+            elif head > thread.version:
+                self._fold(sid, thread, self._store.read_session(sid, from_version=thread.version + 1))
+            self._threads[sid] = thread
+        self._threads.move_to_end(sid)
+        while len(self._threads) > _THREADS:
+            self._threads.popitem(last=False)
+        return thread
+
+    def _fold(self, sid: str, thread: ThreadCheckpoints, records: builtins.list[RecordedEvent]) -> None:
+        """Advance the thread's checkpoints, and its messages when they were as far, over records
+        another writer appended (read once for both)."""
+        known = self._messages.get(sid)
+        if known is not None and known.live is not None and known.version == thread.version:
+            known.fold(records)
+        thread.fold(records)
+
+    def _latest(self, sid: str, thread: ThreadCheckpoints, namespace: str) -> LatestCheckpoint | None:
+        """The namespace's latest checkpoint: from memory, else loaded once from the index and
+        brought to the thread's version. None on a read-only store, whose index this saver cannot
+        place in the log."""
+        entry = thread.known(namespace)
+        if entry is not None or self._store.readonly:
+            return entry
+        loaded = ThreadCheckpoints(version=0, complete=False)
+        entry = loaded.namespaces[namespace] = LatestCheckpoint()
+
+        def read(conn: Connection) -> tuple[int, builtins.list[CheckpointRow], Any]:
+            rows = find_checkpoints(conn, session_id=sid, namespace=namespace, limit=1)
+            writes = writes_from(conn, sid, namespace, rows[0][2] if rows else None)
+            return indexed_through(conn), rows, writes
+
+        position, rows, writes = self._query(read)
+        loaded.version = self._store.version_at(sid, position)
+        wanted = {row[4] for row in rows} | {w[2] for _, w in writes}
+        states = {r.version: _state(r) for r in self._store.read_versions(sid, sorted(wanted))}
+        if rows:
+            entry.put(rows[0], states[rows[0][4]])
+        for checkpoint_id, write in writes:
+            entry.write(checkpoint_id, True, [write], states[write[2]])
+        low, high = sorted((loaded.version, thread.version))
+        if high > low:  # the index and the thread at one version: fold what lies between
+            records = self._store.read_session(sid, from_version=low + 1, to_version=high)
+            loaded.fold(records)
+            self._fold(sid, thread, records)
+        entry = loaded.known(namespace)  # (a delete folded in made it anew)
+        if entry is not None:
+            thread.namespaces[namespace] = entry
+        return entry
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -172,6 +246,15 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         namespace = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
+            thread = self._thread(thread_id, fresh=True)
+            latest = self._latest(thread_id, thread, namespace)
+            if latest is not None and (latest.row is None or checkpoint_id in ("", None, latest.row[2])):
+                if latest.row is None:
+                    return None  # the namespace has no checkpoint at all
+                if not checkpoint_id:
+                    config = _config(thread_id, namespace, latest.row[2])
+                mine = sorted(latest.writes_of_latest(), key=lambda w: writes_sort_key(w[4], w[0], w[5]))
+                return self._tuples(thread_id, [latest.row], [config], [mine], latest.states)[0]
             rows, writes = self._query(
                 lambda conn: _with_writes(
                     conn,
@@ -196,10 +279,14 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         rows: Sequence[CheckpointRow],
         configs: Sequence[RunnableConfig],
         writes: Sequence[Sequence[WriteRow]],
+        known: Mapping[int, StateRecorded] | None = None,
     ) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples of one thread, their events read in one query."""
+        """Checkpoint tuples of one thread, their events taken from ``known`` or read in one query."""
+        events = dict(known or {})
         versions = {row[4] for row in rows} | {w[2] for mine in writes for w in mine}
-        events = {r.version: _state(r) for r in self._store.read_versions(thread_id, sorted(versions))}
+        if versions - events.keys():
+            read = self._store.read_versions(thread_id, sorted(versions - events.keys()))
+            events.update((r.version, _state(r)) for r in read)
         decoded: dict[int, Any] = {}
         result = []
         for row, config, mine in zip(rows, configs, writes, strict=True):
@@ -303,16 +390,17 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         sid = str(thread_id)
         messages = (checkpoint.get("channel_values") or {}).get("messages")
         with self._lock:
+            thread = self._thread(sid, fresh=False)
             while True:
                 try:
                     if namespace == "" and self.map_messages and isinstance(messages, builtins.list):
-                        head, events = self._message_events(sid, parent, messages)
+                        head, events = self._message_events(sid, thread, parent, messages)
                     else:
-                        head, events = self._store.head_version(sid), []
+                        head, events = thread.version, []
                     self._append(sid, head, [*events, state])
                     break
                 except VersionConflictError:
-                    continue  # another writer appended meanwhile: look again
+                    thread = self._thread(sid, fresh=True)  # another writer appended: look again
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -322,10 +410,12 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         }
 
     def _message_events(
-        self, sid: str, parent: str | None, messages: builtins.list[Any]
+        self, sid: str, thread: ThreadCheckpoints, parent: str | None, messages: builtins.list[Any]
     ) -> tuple[int, builtins.list[Event]]:
-        """The session's head and the events that make its live messages the checkpoint's."""
-        if parent is not None:
+        """The session's head (as the saver knows it) and the events that make its live messages
+        the checkpoint's."""
+        known = self._latest(sid, thread, "") if parent is not None else None
+        if parent is not None and (known is None or (known.row is not None and known.row[2] != parent)):
             latest, at = self._query(
                 lambda conn: (
                     find_checkpoints(conn, session_id=sid, namespace="", limit=1),
@@ -340,8 +430,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                     source=FRAMEWORK,
                     note=f"resumed from checkpoint {parent}",
                 )
-                self._append(sid, self._store.head_version(sid), [rewind])
-        head, live = self._live_messages(sid)
+                self._append(sid, thread.version, [rewind])
+        head, live = self._live_messages(sid, thread.version)
         current = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id]
         ids = {m.id for m in current}
         gone = [event_id for message_id, event_id in live.items() if message_id not in ids]
@@ -360,12 +450,14 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             events.extend(_usage(message))
         return head, events
 
-    def _live_messages(self, sid: str) -> tuple[int, dict[str, str]]:
-        """The session's head version and its live LangGraph messages there."""
+    def _live_messages(self, sid: str, head: int) -> tuple[int, dict[str, str]]:
+        """The session's live LangGraph messages at version ``head``."""
         known = self._messages.setdefault(sid, ThreadMessages(live=None))
-        head = self._store.head_version(sid)
-        if known.live is not None and head > known.version:
-            known.fold(self._store.read_session(sid, from_version=known.version + 1))
+        if known.live is not None and head != known.version:
+            if head < known.version:
+                known.live = None
+            else:
+                known.fold(self._store.read_session(sid, from_version=known.version + 1, to_version=head))
         if known.live is None:  # first use, or after a rewind: turnlog's live set says which
             records = self._store.read_session(sid, to_version=head)
             marks = live_marks(self._store, sid, records)
@@ -401,12 +493,13 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             metadata={"task_id": task_id, "task_path": task_path, "channels": [c for c, _ in writes]},
         )
         with self._lock:
+            thread = self._thread(sid, fresh=False)
             while True:
                 try:
-                    self._append(sid, self._store.head_version(sid), [event])
+                    self._append(sid, thread.version, [event])
                     return
                 except VersionConflictError:
-                    continue
+                    thread = self._thread(sid, fresh=True)
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget the thread's checkpoints and writes: a ``session_rewound`` to version 0 (reason
