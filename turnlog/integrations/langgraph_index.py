@@ -24,6 +24,7 @@ from turnlog.projections.langgraph_index import (
     write_rows,
 )
 from turnlog.store import (
+    Event,
     MessageAppended,
     MessageRemoved,
     RecordedEvent,
@@ -50,18 +51,21 @@ class ThreadMessages:
             if record.version <= self.version:
                 continue
             self.version = record.version
-            event = record.event
-            if isinstance(event, SessionRewound):
-                self.live = {} if event.to_version == 0 else None
-            elif self.live is None:
-                continue
-            elif isinstance(event, MessageRemoved):
-                gone = set(event.target_event_ids)
-                self.live = {m: e for m, e in self.live.items() if e not in gone}
-            elif isinstance(event, MessageAppended | ToolReturned):
-                message_id = _message_id(event)
-                if message_id is not None:
-                    self.live[message_id] = event.event_id
+            self.apply(record.event)
+
+    def apply(self, event: Event) -> None:
+        """Apply one event (the next of the session's, or one about to be appended)."""
+        if isinstance(event, SessionRewound):
+            self.live = {} if event.to_version == 0 else None
+        elif self.live is None:
+            return
+        elif isinstance(event, MessageRemoved):
+            gone = set(event.target_event_ids)
+            self.live = {m: e for m, e in self.live.items() if e not in gone}
+        elif isinstance(event, MessageAppended | ToolReturned):
+            message_id = _message_id(event)
+            if message_id is not None:
+                self.live[message_id] = event.event_id
 
 
 @dataclass(slots=True)
