@@ -145,10 +145,10 @@ class ThreadCheckpoints:
             if not isinstance(event, StateRecorded):
                 continue
             row = checkpoint_row(record)
-            found = write_rows(record)
-            if row is not None and (entry := self.known(row[1])) is not None:
-                entry.put(row, event)
-            elif found is not None and (entry := self.known(found[0])) is not None:
+            if row is not None:
+                if (entry := self.known(row[1])) is not None:
+                    entry.put(row, event)
+            elif (found := write_rows(record)) is not None and (entry := self.known(found[0])) is not None:
                 entry.write(found[1], found[2], found[3], event)
 
 

@@ -261,19 +261,25 @@ class SaverLog:
 
 
 def advance_in_batches(store: Store) -> None:
-    """Like ``turnlog.open_store``'s hook, but the materialized projections are advanced only once
-    the log has gone ``_BACKLOG`` events past them, not after every append: a graph step is several
-    small appends (a checkpoint, each task's writes), and each catch-up is a transaction of its own
-    (on PostgreSQL, tens of round trips), while one catch-up folds a backlog in one. Readers catch
-    up what is left before they read (the saver's own reads need only its memory or the LangGraph
-    index); the log itself is durable at every append."""
+    """Like ``turnlog.open_store``'s hook, but the materialized projections are advanced only by an
+    append with messages (an append of state events alone, most of a graph's steps, leaves them to
+    a later one), and only once the log has gone ``_BACKLOG`` events past them: each catch-up is a
+    transaction of its own (on PostgreSQL, tens of round trips), and one folds a backlog as cheaply
+    per event as a catch-up per turn would. Readers catch up what is left before they read (the
+    saver's own reads need only its memory or the LangGraph index); the log itself is durable at
+    every append."""
     ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
     applied = 0  # the last position this hook caught the projections up to
 
     def advance(records: Sequence[RecordedEvent]) -> None:
         nonlocal applied
         kept = ref()
-        if kept is not None and records and records[-1].position - applied >= _BACKLOG:
+        if (
+            kept is not None
+            and records
+            and records[-1].position - applied >= _BACKLOG
+            and any(r.type != "state_recorded" for r in records)
+        ):
             applied = materializer(kept).catch_up(appended=records)
 
     store.on_append(advance)
