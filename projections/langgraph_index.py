@@ -27,8 +27,12 @@ __all__ = [
     "CheckpointRow",
     "LangGraphIndex",
     "WriteRow",
+    "checkpoint_row",
     "find_checkpoints",
     "has_rows",
+    "indexed_through",
+    "write_rows",
+    "writes_from",
     "writes_of",
 ]
 
@@ -95,51 +99,75 @@ class LangGraphIndex(Projection):
                 if event.to_version == 0:
                     conn.execute("DELETE FROM lg_checkpoints WHERE session_id = ?", (sid,))
                     conn.execute("DELETE FROM lg_writes WHERE session_id = ?", (sid,))
-            elif isinstance(event, StateRecorded) and event.framework == FRAMEWORK:
-                meta: Mapping[str, Any] = event.metadata or {}
-                if event.media_type.startswith(CHECKPOINT_MEDIA):
-                    conn.execute(
-                        "INSERT INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?) "
-                        "ON CONFLICT (session_id, namespace, checkpoint_id) DO UPDATE SET "
-                        "parent_id = excluded.parent_id, version = excluded.version, "
-                        "metadata = excluded.metadata",
-                        (
-                            sid,
-                            event.namespace,
-                            event.key,
-                            event.parent_key,
-                            record.version,
-                            json.dumps(meta, ensure_ascii=False),
-                        ),
-                    )
-                elif event.media_type == WRITES_MEDIA and event.parent_key is not None:
-                    channels = [str(c) for c in meta.get("channels") or []]
-                    # SqliteSaver's rule: special channels replace a write, the others keep the first.
-                    replace = all(c in SPECIAL_CHANNELS for c in channels)
-                    on_conflict = (
-                        "DO UPDATE SET channel = excluded.channel, version = excluded.version, "
-                        "item = excluded.item, task_path = excluded.task_path"
-                        if replace
-                        else "DO NOTHING"
-                    )
-                    conn.executemany(
-                        "INSERT INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                        f"ON CONFLICT (session_id, namespace, checkpoint_id, task_id, idx) {on_conflict}",
-                        [
-                            (
-                                sid,
-                                event.namespace,
-                                event.parent_key,
-                                str(meta.get("task_id", "")),
-                                SPECIAL_CHANNELS.get(channel, item),
-                                channel,
-                                record.version,
-                                item,
-                                str(meta.get("task_path", "")),
-                            )
-                            for item, channel in enumerate(channels)
-                        ],
-                    )
+                continue
+            row = checkpoint_row(record)
+            if row is not None:
+                conn.execute(
+                    "INSERT INTO lg_checkpoints VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (session_id, namespace, checkpoint_id) DO UPDATE SET "
+                    "parent_id = excluded.parent_id, version = excluded.version, "
+                    "metadata = excluded.metadata",
+                    row,
+                )
+            found = write_rows(record)
+            if found is not None:
+                namespace, checkpoint_id, replace, rows = found
+                on_conflict = (
+                    "DO UPDATE SET channel = excluded.channel, version = excluded.version, "
+                    "item = excluded.item, task_path = excluded.task_path"
+                    if replace
+                    else "DO NOTHING"
+                )
+                conn.executemany(
+                    "INSERT INTO lg_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    f"ON CONFLICT (session_id, namespace, checkpoint_id, task_id, idx) {on_conflict}",
+                    [
+                        (sid, namespace, checkpoint_id, task, idx, channel, version, item, path)
+                        for task, channel, version, item, path, idx in rows
+                    ],
+                )
+
+
+def checkpoint_row(record: RecordedEvent) -> CheckpointRow | None:
+    """The row a LangGraph checkpoint's ``state_recorded`` stores (None for any other event)."""
+    event = record.event
+    if not (
+        isinstance(event, StateRecorded)
+        and event.framework == FRAMEWORK
+        and event.media_type.startswith(CHECKPOINT_MEDIA)
+    ):
+        return None
+    meta: Mapping[str, Any] = event.metadata or {}
+    return (
+        record.session_id,
+        event.namespace,
+        event.key,
+        event.parent_key,
+        record.version,
+        json.dumps(meta, ensure_ascii=False),
+    )
+
+
+def write_rows(record: RecordedEvent) -> tuple[str, str, bool, list[WriteRow]] | None:
+    """The namespace, checkpoint id, rule and rows of a ``put_writes`` event (None for any other):
+    SqliteSaver's rule is that writes all to special channels replace earlier ones with the same
+    (task id, idx) (``replace`` True), any other keeps the first."""
+    event = record.event
+    if not (
+        isinstance(event, StateRecorded)
+        and event.framework == FRAMEWORK
+        and event.media_type == WRITES_MEDIA
+        and event.parent_key is not None
+    ):
+        return None
+    meta: Mapping[str, Any] = event.metadata or {}
+    channels = [str(c) for c in meta.get("channels") or []]
+    task_id, task_path = str(meta.get("task_id", "")), str(meta.get("task_path", ""))
+    rows: list[WriteRow] = [
+        (task_id, channel, record.version, item, task_path, SPECIAL_CHANNELS.get(channel, item))
+        for item, channel in enumerate(channels)
+    ]
+    return event.namespace, event.parent_key, all(c in SPECIAL_CHANNELS for c in channels), rows
 
 
 def find_checkpoints(
@@ -191,6 +219,31 @@ def writes_of(conn: Connection, session_id: str, namespace: str, checkpoint_id: 
             (session_id, namespace, checkpoint_id),
         )
     ]
+
+
+def writes_from(
+    conn: Connection, session_id: str, namespace: str, checkpoint_id: str | None
+) -> list[tuple[str, WriteRow]]:
+    """The pending writes of checkpoint ``checkpoint_id`` and of every greater id in the namespace
+    (of every checkpoint when None), each with its checkpoint id: what the saver keeps in memory
+    beside a thread's latest checkpoint."""
+    sql = (
+        "SELECT checkpoint_id, task_id, channel, version, item, task_path, idx FROM lg_writes "
+        "WHERE session_id = ? AND namespace = ?"
+    )
+    params: list[Any] = [session_id, namespace]
+    if checkpoint_id is not None:
+        sql += " AND checkpoint_id >= ?"
+        params.append(checkpoint_id)
+    return [(row[0], tuple(row[1:])) for row in conn.execute(sql, params)]
+
+
+def indexed_through(conn: Connection) -> int:
+    """The last log position the index has applied (in the store's own tables)."""
+    row = conn.execute(
+        "SELECT position FROM projection_checkpoints WHERE name = ?", (LangGraphIndex.name,)
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def has_rows(conn: Connection, session_id: str) -> bool:

@@ -17,10 +17,15 @@ session (session id = ``thread_id``); every namespace (subgraphs) of the thread 
   that checkpoint's event; ``delete_thread`` is a ``session_rewound`` to 0 (``delete``). Nothing is
   ever deleted from the log.
 
-Reads use the materialized projection ``projections.langgraph_index`` (latest checkpoint per
-namespace, checkpoint by id, pending writes, metadata for ``list(filter=...)``), caught up with the
-log before each read, so the latest checkpoint is one indexed query whatever the thread's length.
-Which messages are live is folded in memory per thread (read once per process, then advanced).
+What a graph asks on every step is answered from memory (integrations.langgraph_log): each
+thread's latest checkpoint per namespace with its pending writes, and which messages are live,
+folded from the saver's own appends, or from the log when another writer appended. So ``get_tuple``
+of the latest checkpoint is one query (the session's head), and ``put``/``put_writes`` read nothing
+before they append. LangGraph calls them from several threads at once: the writes of a thread that
+wait for the saver's lock are appended together, in one append (integrations.langgraph_queue), and
+each call returns once its own write is committed. Other reads (a checkpoint by id, ``list``, a
+thread new to this process) use the materialized projection ``projections.langgraph_index``,
+caught up with the log before each read, so each is one indexed query whatever the thread's length.
 """
 
 from __future__ import annotations
@@ -33,15 +38,13 @@ import json
 import random
 import re
 import threading
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from turnlog.integrations import StoreLike, open_for_adapter, require
 
 require("langgraph.checkpoint.base", "langgraph")
 
-from langchain_core.messages import BaseMessage  # noqa: E402  (after the check)
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langgraph.checkpoint.base import (  # noqa: E402
     BaseCheckpointSaver,
@@ -57,8 +60,8 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
-from turnlog.integrations.langchain import _to_event, _usage  # noqa: E402  (one mapping for both)
-from turnlog.integrations.langgraph_index import ThreadMessages  # noqa: E402
+from turnlog.integrations.langgraph_log import SaverLog, advance_in_batches, state_of  # noqa: E402
+from turnlog.integrations.langgraph_queue import QueuedWrite  # noqa: E402
 from turnlog.projections.langgraph_index import (  # noqa: E402
     CHECKPOINT_MEDIA,
     FRAMEWORK,
@@ -69,21 +72,10 @@ from turnlog.projections.langgraph_index import (  # noqa: E402
     has_rows,
     writes_of,
 )
-from turnlog.projections.live import live_marks  # noqa: E402
-from turnlog.projections.registry import materializer  # noqa: E402
 from turnlog.store import (  # noqa: E402
-    NO_SESSION,
-    Event,
-    InvalidEventError,
-    MessageAppended,
-    MessageRemoved,
-    Origin,
-    RecordedEvent,
     SessionRewound,
-    SessionStarted,
     StateRecorded,
     Store,
-    ToolReturned,
     VersionConflictError,
 )
 from turnlog.store.dialect import Connection  # noqa: E402
@@ -92,10 +84,7 @@ __all__ = ["FRAMEWORK", "TurnlogSaver"]
 
 _FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")  # SqliteSaver's rule for metadata filter keys
 _SERDE = re.compile(r"serde=([^;]+)")
-_MAX_TARGETS = 1000  # message_removed names at most this many events
 _PAGE = 256  # checkpoints read per query by list()
-
-_Query = Callable[[Connection], Any]
 
 
 class TurnlogSaver(BaseCheckpointSaver[str]):
@@ -121,11 +110,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             from turnlog import open_backend  # here: turnlog imports nothing of its integrations
 
             self._store, self._owned = open_backend(db), True
-            _advance_after_messages(self._store)
+            advance_in_batches(self._store)
         self.map_messages = map_messages
         """Whether the root namespace's ``messages`` channel is also written as message events."""
         self._lock = threading.RLock()
-        self._messages: dict[str, ThreadMessages] = {}
+        self._log = SaverLog(self._store, self._lock)
 
     @property
     def store(self) -> Store:
@@ -143,25 +132,6 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the index (projections.langgraph_index, kept caught up with the log) -------------------
-
-    def _query(self, query: _Query) -> Any:
-        materializer(self._store).catch_up()  # whatever any writer appended is indexed first
-        with self._store.reading() as conn:
-            return query(conn)
-
-    def _append(self, sid: str, head: int, events: builtins.list[Event]) -> builtins.list[RecordedEvent]:
-        """Append right after version ``head`` (VersionConflictError if another writer appended
-        meanwhile); a thread's first events open its session."""
-        if head == 0:
-            events = [SessionStarted(metadata={"framework": FRAMEWORK}), *events]
-        expected = head if head else NO_SESSION
-        records = self._store.append(sid, events, expected_version=expected, bounded=False)
-        known = self._messages.get(sid)
-        if known is not None and known.live is not None and known.version == head:
-            known.fold(records)
-        return records
-
     # --- reads ----------------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -172,7 +142,16 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         namespace = conf.get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
         with self._lock:
-            rows, writes = self._query(
+            thread = self._log.thread(thread_id, fresh=True)
+            latest = self._log.latest(thread_id, thread, namespace)
+            if latest is not None and (latest.row is None or checkpoint_id in ("", None, latest.row[2])):
+                if latest.row is None:
+                    return None  # the namespace has no checkpoint at all
+                if not checkpoint_id:
+                    config = _config(thread_id, namespace, latest.row[2])
+                mine = sorted(latest.writes_of_latest(), key=lambda w: writes_sort_key(w[4], w[0], w[5]))
+                return self._tuples(thread_id, [latest.row], [config], [mine], latest.states)[0]
+            rows, writes = self._log.query(
                 lambda conn: _with_writes(
                     conn,
                     find_checkpoints(
@@ -196,10 +175,14 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         rows: Sequence[CheckpointRow],
         configs: Sequence[RunnableConfig],
         writes: Sequence[Sequence[WriteRow]],
+        known: Mapping[int, StateRecorded] | None = None,
     ) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples of one thread, their events read in one query."""
+        """Checkpoint tuples of one thread, their events taken from ``known`` or read in one query."""
+        events = dict(known or {})
         versions = {row[4] for row in rows} | {w[2] for mine in writes for w in mine}
-        events = {r.version: _state(r) for r in self._store.read_versions(thread_id, sorted(versions))}
+        if versions - events.keys():
+            read = self._store.read_versions(thread_id, sorted(versions - events.keys()))
+            events.update((r.version, state_of(r)) for r in read)
         decoded: dict[int, Any] = {}
         result = []
         for row, config, mine in zip(rows, configs, writes, strict=True):
@@ -249,7 +232,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"] if config is not None else {}
         thread = str(conf["thread_id"]) if config is not None else None
         with self._lock:
-            rows: builtins.list[CheckpointRow] = self._query(
+            rows: builtins.list[CheckpointRow] = self._log.query(
                 lambda conn: find_checkpoints(
                     conn,
                     session_id=thread,
@@ -266,7 +249,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 for sid in dict.fromkeys(row[0] for row in page):
                     mine = [row for row in page if row[0] == sid]
-                    _, writes = self._query(functools.partial(_with_writes, rows=mine))
+                    _, writes = self._log.query(functools.partial(_with_writes, rows=mine))
                     configs = [_config(sid, row[1], row[2]) for row in mine]
                     tuples = self._tuples(sid, mine, configs, writes)
                     built.update({row[:3]: t for row, t in zip(mine, tuples, strict=True)})
@@ -282,7 +265,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint (and, in the root namespace, the messages it adds or removes) in one
-        atomic append; returns the config naming it."""
+        atomic append (with the thread's other writes waiting then); returns the config naming it."""
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         namespace = conf.get("checkpoint_ns", "")
@@ -300,19 +283,9 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             content=base64.b64encode(data).decode("ascii"),
             metadata=meta,
         )
-        sid = str(thread_id)
         messages = (checkpoint.get("channel_values") or {}).get("messages")
-        with self._lock:
-            while True:
-                try:
-                    if namespace == "" and self.map_messages and isinstance(messages, builtins.list):
-                        head, events = self._message_events(sid, parent, messages)
-                    else:
-                        head, events = self._store.head_version(sid), []
-                    self._append(sid, head, [*events, state])
-                    break
-                except VersionConflictError:
-                    continue  # another writer appended meanwhile: look again
+        mapped = namespace == "" and self.map_messages and isinstance(messages, builtins.list)
+        self._log.write(QueuedWrite(str(thread_id), state, messages if mapped else None, parent))
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -320,59 +293,6 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
-
-    def _message_events(
-        self, sid: str, parent: str | None, messages: builtins.list[Any]
-    ) -> tuple[int, builtins.list[Event]]:
-        """The session's head and the events that make its live messages the checkpoint's."""
-        if parent is not None:
-            latest, at = self._query(
-                lambda conn: (
-                    find_checkpoints(conn, session_id=sid, namespace="", limit=1),
-                    find_checkpoints(conn, session_id=sid, namespace="", checkpoint_id=parent),
-                )
-            )
-            if latest and at and latest[0][2] != parent:
-                # Time travel: back to the state the session had when that checkpoint was stored.
-                rewind = SessionRewound(
-                    to_version=at[0][4],
-                    reason="time_travel",
-                    source=FRAMEWORK,
-                    note=f"resumed from checkpoint {parent}",
-                )
-                self._append(sid, self._store.head_version(sid), [rewind])
-        head, live = self._live_messages(sid)
-        current = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id]
-        ids = {m.id for m in current}
-        gone = [event_id for message_id, event_id in live.items() if message_id not in ids]
-        events: builtins.list[Event] = [
-            MessageRemoved(
-                target_event_ids=tuple(gone[i : i + _MAX_TARGETS]), reason="RemoveMessage", source=FRAMEWORK
-            )
-            for i in range(0, len(gone), _MAX_TARGETS)
-        ]
-        added: set[str] = set()
-        for message in current:
-            if message.id in live or message.id in added:
-                continue
-            added.add(cast(str, message.id))
-            events.append(_message_event(message))
-            events.extend(_usage(message))
-        return head, events
-
-    def _live_messages(self, sid: str) -> tuple[int, dict[str, str]]:
-        """The session's head version and its live LangGraph messages there."""
-        known = self._messages.setdefault(sid, ThreadMessages(live=None))
-        head = self._store.head_version(sid)
-        if known.live is not None and head > known.version:
-            known.fold(self._store.read_session(sid, from_version=known.version + 1))
-        if known.live is None:  # first use, or after a rewind: turnlog's live set says which
-            records = self._store.read_session(sid, to_version=head)
-            marks = live_marks(self._store, sid, records)
-            fresh = ThreadMessages()
-            fresh.fold(r for r, live in zip(records, marks, strict=True) if live)
-            known.live, known.version = fresh.live, head
-        return head, cast(dict[str, str], known.live)
 
     def put_writes(
         self,
@@ -400,13 +320,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             content=json.dumps(items),
             metadata={"task_id": task_id, "task_path": task_path, "channels": [c for c, _ in writes]},
         )
-        with self._lock:
-            while True:
-                try:
-                    self._append(sid, self._store.head_version(sid), [event])
-                    return
-                except VersionConflictError:
-                    continue
+        self._log.write(QueuedWrite(sid, event))
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget the thread's checkpoints and writes: a ``session_rewound`` to version 0 (reason
@@ -414,11 +328,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         sid = str(thread_id)
         with self._lock:
             while True:
-                if not self._query(lambda conn: has_rows(conn, sid)):
+                if not self._log.query(lambda conn: has_rows(conn, sid)):
                     return  # nothing to delete: as SqliteSaver, a no-op
                 try:
                     rewind = SessionRewound(to_version=0, reason="delete", source=FRAMEWORK)
-                    self._append(sid, self._store.head_version(sid), [rewind])
+                    self._log.append(sid, self._store.head_version(sid), [rewind])
                     return
                 except VersionConflictError:
                     continue
@@ -519,21 +433,6 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
 # --- helpers -----------------------------------------------------------------------------------
 
 
-def _advance_after_messages(store: Store) -> None:
-    """Like ``turnlog.open_store``'s hook, but an append of state events alone (a checkpoint
-    without new messages, a task's writes: most of a graph's steps) leaves the materialized
-    projections to the next append with messages or the next read, which fold the backlog in one
-    transaction instead of one per step. The log itself is durable either way."""
-    ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
-
-    def advance(records: Sequence[RecordedEvent]) -> None:
-        kept = ref()
-        if kept is not None and any(r.type != "state_recorded" for r in records):
-            materializer(kept).catch_up(appended=records)
-
-    store.on_append(advance)
-
-
 def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfig:
     return {
         "configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint_id}
@@ -548,24 +447,6 @@ def _with_writes(
     return rows, [sorted(mine, key=lambda w: writes_sort_key(w[4], w[0], w[5])) for mine in writes]
 
 
-def _state(record: RecordedEvent) -> StateRecorded:
-    event = record.event
-    if not isinstance(event, StateRecorded):  # the index points only at state events
-        raise InvalidEventError(f"version {record.version} of {record.session_id!r} is not a state event")
-    return event
-
-
 def _serde_type(media_type: str) -> str:
     found = _SERDE.search(media_type)
     return found.group(1).strip() if found else "msgpack"
-
-
-def _message_event(message: BaseMessage) -> Event:
-    """LangChain's mapping of a message, its origin marked as LangGraph's."""
-    try:
-        event = _to_event(message)
-    except InvalidEventError:
-        # Content that is not JSON: still shown by its text; the origin keeps only its id.
-        event = _to_event(message.model_copy(update={"additional_kwargs": {}, "response_metadata": {}}))
-    item = event.origin.item if isinstance(event, MessageAppended | ToolReturned) and event.origin else None
-    return event.model_copy(update={"origin": Origin(framework=FRAMEWORK, item=item)})

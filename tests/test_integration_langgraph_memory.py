@@ -1,0 +1,278 @@
+"""LangGraph: what TurnlogSaver answers from memory is what its index answers, and writes waiting for
+its lock go in one append.
+
+The saver keeps each thread's latest checkpoint per namespace and its pending writes in memory
+(integrations.langgraph_log), folded from its own appends or from another writer's. Random runs of
+puts (ids out of order, ids put again), writes (special channels or not, for the latest, an older
+or a not-yet-stored checkpoint), deletes and a second saver writing to the same thread must give,
+at every step, the same latest checkpoint from memory (``get_tuple``) as from the index
+(``list(limit=1)``, one indexed query) and as a saver opened afresh — on SQLite and on PostgreSQL.
+Then the group commit (integrations.langgraph_queue): writes queued while the lock is held go in
+one append in arrival order, each caller returns once its write is stored, and a write the store
+refuses fails alone.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.base", reason="needs the langgraph extra")
+
+from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_checkpoint
+
+from tests.helpers.postgres import pg_schema, pg_url
+from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.projections.registry import materializer
+from turnlog.store import InvalidEventError, StateRecorded
+
+__all__ = ["pg_schema"]  # the fixture, imported for this module's tests
+Opener = Callable[[], TurnlogSaver]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Savers on one store: each call opens another (as another process would)."""
+    if request.param == "postgres":
+        schema = request.getfixturevalue("pg_schema")
+        where = f"{pg_url()}?schema={schema}"
+    else:
+        where = str(tmp_path / "t.db")
+    opened: list[TurnlogSaver] = []
+
+    def open_saver() -> TurnlogSaver:
+        opened.append(TurnlogSaver(where))
+        return opened[-1]
+
+    yield open_saver
+    for saver in opened:
+        saver.close()
+
+
+def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def shape(found: CheckpointTuple | None) -> Any:
+    """What a reader sees of a checkpoint tuple (its objects compared by value)."""
+    if found is None:
+        return None
+    return (
+        found.config,
+        found.checkpoint["id"],
+        found.checkpoint["channel_values"],
+        found.metadata,
+        found.parent_config,
+        found.pending_writes,
+    )
+
+
+def from_index(saver: TurnlogSaver, config: Any) -> CheckpointTuple | None:
+    return next(iter(saver.list(config, limit=1)), None)
+
+
+def random_run(seed: int, steps: int, open_saver: Opener) -> None:
+    rng = random.Random(seed)
+    main, other = open_saver(), open_saver()
+    ids = [f"{i:04d}" for i in range(1, 9)]  # few, fixed-width: string order is numeric order
+    threads, namespaces = ["a", "b"], ["", "sub"]
+
+    def check() -> None:
+        for reader in (main, other):
+            for thread in threads:
+                for ns in namespaces:
+                    wanted = shape(from_index(reader, cfg(thread, ns)))
+                    assert shape(reader.get_tuple(cfg(thread, ns))) == wanted, (seed, step, thread, ns)
+
+    for step in range(steps):
+        saver = other if rng.random() < 0.25 else main  # now and then another writer
+        thread, ns = rng.choice(threads), rng.choice(namespaces)
+        roll = rng.random()
+        if roll < 0.4:
+            checkpoint = create_checkpoint(empty_checkpoint(), None, step)
+            checkpoint["id"] = rng.choice(ids)
+            checkpoint["channel_values"] = {"step": step}
+            parent = rng.choice([None, rng.choice(ids)])
+            saver.put(cfg(thread, ns, parent), checkpoint, {"step": step, "source": "loop"}, {})
+        elif roll < 0.95:
+            channels = rng.choice([["x"], ["x", "y"], ["__error__"], ["__interrupt__", "__resume__"]])
+            writes = [(channel, f"{channel}@{step}") for channel in channels]
+            target = rng.choice([ids[-1], ids[-2], rng.choice(ids)])  # often the latest, or one to come
+            task = rng.choice(["t1", "t2"])
+            saver.put_writes(cfg(thread, ns, target), writes, task_id=task, task_path=f"p{step}")
+        else:
+            saver.delete_thread(thread)
+        if rng.random() < 0.3:  # not after every step: a saver's memory may be behind when it writes
+            check()
+    check()
+    fresh = open_saver()  # loads each namespace from the index, then folds
+    for thread in threads:
+        for ns in namespaces:
+            assert shape(fresh.get_tuple(cfg(thread, ns))) == shape(from_index(main, cfg(thread, ns)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_latest_from_memory_is_the_indexs(opener: Opener, seed: int) -> None:
+    random_run(seed, 120, opener)
+
+
+def test_a_thread_known_from_before_is_loaded_from_the_index_and_folded(opener: Opener) -> None:
+    first = opener()
+    config = cfg("t")
+    for step in range(6):
+        checkpoint = create_checkpoint(empty_checkpoint(), None, step)
+        checkpoint["id"] = f"{step:04d}"
+        config = first.put(config, checkpoint, {"step": step}, {})
+        first.put_writes(config, [("x", step)], task_id=f"t{step}")
+        if step == 3:
+            materializer(first.store).catch_up()  # the index stops here: 0003 is its latest
+    later = opener()  # a new process: nothing in memory yet, and an index behind the log
+
+    def without_catching_up(query: Any) -> Any:
+        with later.store.reading() as conn:
+            return query(conn)
+
+    later._log.query = without_catching_up  # type: ignore[method-assign]
+    found = later.get_tuple(cfg("t"))  # the index's rows, then what the log holds past them
+    assert found is not None and found.checkpoint["id"] == "0005"
+    assert [(w[0], w[1], w[2]) for w in found.pending_writes or []] == [("t5", "x", 5)]
+    first.put_writes(config, [("y", 6)], task_id="t6")  # appended after `later` loaded it
+    found = later.get_tuple(cfg("t"))
+    assert found is not None and sorted(w[0] for w in found.pending_writes or []) == ["t5", "t6"]
+    assert shape(found) == shape(from_index(first, cfg("t")))
+
+
+# --- group commit ------------------------------------------------------------------------------
+
+
+def queued(saver: TurnlogSaver, count: int) -> None:
+    """Wait until ``count`` writes wait in the saver's queue (their threads blocked on its lock)."""
+    deadline = time.monotonic() + 30
+    while len(saver._log.queue._waiting) < count:
+        assert time.monotonic() < deadline, "the writers never queued"
+        time.sleep(0.005)
+
+
+def appends_of(saver: TurnlogSaver) -> list[list[Any]]:
+    """Record each store.append call's events (the saver's appends go through it)."""
+    calls: list[list[Any]] = []
+    original = saver.store.append
+
+    def append(session_id: str, events: Any, **kwargs: Any) -> Any:
+        calls.append(list(events))
+        return original(session_id, events, **kwargs)
+
+    saver.store.append = append  # type: ignore[method-assign]
+    return calls
+
+
+def test_writes_waiting_for_the_lock_go_in_one_append_in_arrival_order(opener: Opener) -> None:
+    saver = opener()
+    checkpoint = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), checkpoint, {"step": 0}, {})
+    calls = appends_of(saver)
+    errors: list[BaseException] = []
+
+    def write(task: str) -> None:
+        try:
+            saver.put_writes(config, [("x", task)], task_id=task)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = []
+    with saver._lock:  # an append in progress: every writer waits
+        for i in range(6):
+            workers.append(threading.Thread(target=write, args=(f"t{i}",)))
+            workers[-1].start()
+            queued(saver, i + 1)  # one at a time: their order is known
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert len(calls) == 1
+    assert [e.key.rsplit("/", 1)[1] for e in calls[0] if isinstance(e, StateRecorded)] == [
+        f"t{i}" for i in range(6)
+    ]
+    found = saver.get_tuple(cfg("t"))
+    assert found is not None
+    assert sorted(w[0] for w in found.pending_writes or []) == [f"t{i}" for i in range(6)]
+    assert shape(found) == shape(from_index(saver, cfg("t")))
+
+
+def test_a_write_the_store_refuses_fails_alone(opener: Opener) -> None:
+    saver = opener()
+    checkpoint = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), checkpoint, {"step": 0}, {})
+    original = saver.store.append
+
+    def append(session_id: str, events: Any, **kwargs: Any) -> Any:
+        # As the store refuses an invalid event: before anything is stored.
+        if any(isinstance(e, StateRecorded) and e.key.endswith("/bad") for e in events):
+            raise InvalidEventError("event 2 (state_recorded): refused by the test")
+        return original(session_id, events, **kwargs)
+
+    saver.store.append = append  # type: ignore[method-assign]
+    outcomes: dict[str, str] = {}
+
+    def write(task: str) -> None:
+        try:
+            saver.put_writes(config, [("x", task)], task_id=task)
+            outcomes[task] = "stored"
+        except InvalidEventError as exc:
+            outcomes[task] = str(exc)
+
+    tasks = ["good1", "bad", "good2"]
+    workers = []
+    with saver._lock:
+        for i, task in enumerate(tasks):
+            workers.append(threading.Thread(target=write, args=(task,)))
+            workers[-1].start()
+            queued(saver, i + 1)
+    for worker in workers:
+        worker.join()
+    assert outcomes == {
+        "good1": "stored",
+        "bad": "event 2 (state_recorded): refused by the test",
+        "good2": "stored",
+    }
+    found = saver.get_tuple(cfg("t"))
+    assert found is not None and sorted(w[0] for w in found.pending_writes or []) == ["good1", "good2"]
+    assert shape(found) == shape(from_index(saver, cfg("t")))
+
+
+def test_a_graph_turn_appends_once_per_checkpoint_at_most_plus_writes(opener: Opener) -> None:
+    """A one-node graph turn: LangGraph's three checkpoints and two task writes, in three to five
+    appends (writes that arrive while a checkpoint commits join the next append), and no read of
+    the index once the thread is known."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    saver = opener()
+    graph = builder.compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "g"}}
+    graph.invoke({"messages": [("user", "hello")]}, config)
+    calls = appends_of(saver)
+    queries: list[Any] = []
+    original_query = saver._log.query
+    saver._log.query = lambda query: queries.append(query) or original_query(query)  # type: ignore[method-assign]
+    for i in range(5):
+        graph.invoke({"messages": [("user", f"turn {i}")]}, config)
+    assert 15 <= len(calls) <= 25
+    assert sum(isinstance(e, StateRecorded) for call in calls for e in call) == 25
+    assert queries == []
+    messages = graph.get_state(config).values["messages"]
+    assert [m.content for m in messages][-2:] == ["turn 4", "noted 11"]
