@@ -296,6 +296,19 @@ def test_compaction_runs_when_a_run_finishes(file_store: SQLiteStore) -> None:
     assert any(m.mode == "summary" for m in built.messages)
 
 
+def test_a_stored_tool_cap_below_the_builders_least_still_compacts(file_store: SQLiteStore) -> None:
+    """A policy may store max_tool_tokens 16 to 31; builds and run-end compaction read it as 32
+    (it once raised a ValidationError at the run's end)."""
+    with session(file_store, "s") as rec:
+        rec.system("You are a coder.")
+        set_policy(file_store, "s", SessionPolicy(compact_on_run_end=True, budget=1500, max_tool_tokens=16))
+        rec.sync()
+        long_run(rec)
+        report = rec.last_report
+    assert report is not None and not report.errors
+    assert report.compaction is not None and report.compaction.met
+
+
 def test_a_failing_run_end_summarizer_is_recorded(
     file_store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
-from turnlog.projections.capping import cap_text
+from turnlog.projections.capping import MIN_CAP, cap_text
 from turnlog.projections.context import ContextPolicy, open_run, run_start_version
 from turnlog.projections.runtime import condensed_outputs, session_policy
 from turnlog.store import (
@@ -178,9 +178,9 @@ def finish(
         return report  # another run began meanwhile: the next run end compacts
     try:
         summarizer = handlers.summarizer_for(effective)
-        context_policy = ContextPolicy(
-            budget=effective.budget, max_tool_tokens=effective.max_tool_tokens or DEFAULT_TOOL_CAP
-        )
+        # A stored cap below the builder's least (SessionPolicy takes 16 and up) is read as that least.
+        cap = max(MIN_CAP, effective.max_tool_tokens or DEFAULT_TOOL_CAP)
+        context_policy = ContextPolicy(budget=effective.budget, max_tool_tokens=cap)
         options = (
             CompactionOptions()
             if effective.keep_last is None

@@ -208,8 +208,13 @@ def policy_defaults(
             f"--budget is required: session {session!r} has no policy budget "
             f"(set one with `turnlog policy {session} --budget N`)"
         )
-    cap = max_tool_tokens if max_tool_tokens is not None else stored.max_tool_tokens
-    return budget, cap if cap is not None else DEFAULT_TOOL_CAP
+    if max_tool_tokens is not None:
+        return budget, max_tool_tokens
+    # A stored cap below the builder's least (a policy takes 16 and up) is read as that least.
+    from turnlog.projections.capping import MIN_CAP
+
+    cap = stored.max_tool_tokens
+    return budget, max(MIN_CAP, cap) if cap is not None else DEFAULT_TOOL_CAP
 
 
 def report_loop(store: Store, session: str, records: Sequence[RecordedEvent]) -> None:
