@@ -89,7 +89,9 @@ def parse_swe_agent(
     try:
         document = load_json(text, where)
     except json.JSONDecodeError as exc:
-        raise InvalidEventError(f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
+        raise InvalidEventError(
+            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
     if not isinstance(document, dict):
         raise InvalidEventError(
             f"{where}: expected a SWE-agent trajectory (a JSON object with 'history'), "

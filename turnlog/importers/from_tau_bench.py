@@ -62,7 +62,9 @@ def parse_tau_bench(
     try:
         document = load_json(text, where)
     except json.JSONDecodeError as exc:
-        raise InvalidEventError(f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
+        raise InvalidEventError(
+            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
     if not isinstance(document, list):
         raise InvalidEventError(
             f"{where}: expected a tau-bench results file (a JSON list of entries with task_id, "
