@@ -20,6 +20,7 @@ from turnlog.store import (
     EventStore,
     InvalidEventError,
     SessionStarted,
+    ToolCall,
     UnknownEventError,
 )
 from turnlog.store.errors import DuplicateEventError
@@ -338,3 +339,51 @@ def short_repr(value: Any, limit: int = 60) -> str:
 def is_id(value: Any) -> bool:
     """Whether ``value`` can serve as a session or run id."""
     return isinstance(value, str) and 0 < len(value) <= 200 and not any(c.isspace() for c in value)
+
+
+def openai_tool_calls(raw: Any, position: str) -> tuple[ToolCall, ...]:
+    """An assistant message's OpenAI-style ``tool_calls`` (null, or a list of ``{id, function:
+    {name, arguments}}``), or an error naming the call and its field under ``position``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidEventError(f"{position}: expected a list of tool calls, not {type(raw).__name__}")
+    calls = []
+    for number, call in enumerate(raw):
+        here = f"{position}[{number}]"
+        if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+            raise InvalidEventError(f"{here}: expected an object with a 'function' object")
+        function = call["function"]
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise InvalidEventError(f"{here}.id: a tool call needs an id, not {short_repr(call.get('id'))}")
+        if not isinstance(function.get("name"), str) or not function["name"]:
+            raise InvalidEventError(f"{here}.function.name: expected the tool's name")
+        with fields_of(here):
+            calls.append(
+                ToolCall(
+                    id=call["id"], name=function["name"], arguments=arguments_text(function.get("arguments"))
+                )
+            )
+    return tuple(calls)
+
+
+def content_text(content: Any, position: str) -> str:
+    """A message's content: a string, null, or a list of content parts (text kept, other parts
+    noted as ``[TYPE omitted]``), or an error naming the field."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for number, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict) and isinstance(part.get("type"), str):
+                parts.append(f"[{part['type']} omitted]")
+            else:
+                raise InvalidEventError(f"{position}[{number}]: expected a content part with a 'type'")
+        return "\n".join(parts)
+    raise InvalidEventError(
+        f"{position}: expected a string or a list of content parts, not {type(content).__name__}"
+    )
