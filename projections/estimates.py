@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from turnlog.projections.context_types import PRIME_TOKENS, message_cost, role_costs, tool_output_cost
 from turnlog.store import (
@@ -135,12 +135,32 @@ class _Walk:
         self.count = store.count_event_tokens
         self.live: dict[str, tuple[int, int]] = {}  # event id -> (version, tokens in a context)
         self.total = 0
+        self.ops: list[tuple[int, str, Any]] = []
+        """Every change of the live set, in order: (version, "add" | "remove" | "rewind", its data),
+        replayed to find the live set a rewind returns to."""
         self.before: dict[str, tuple[int, RecordedEvent, RecordedEvent | None]] = {}
         """An assistant message's id -> (the transcript's tokens before it, the message, its manifest)."""
 
     def _add(self, record: RecordedEvent, tokens: int) -> None:
-        self.live[record.event_id] = (record.version, tokens)
-        self.total += tokens
+        self.ops.append((record.version, "add", (record.event_id, tokens)))
+        self._apply("add", record.version, (record.event_id, tokens))
+
+    def _apply(self, kind: str, version: int, data: Any) -> None:
+        if kind == "add":
+            event_id, tokens = data
+            self.live[event_id] = (version, tokens)
+            self.total += tokens
+        elif kind == "remove":
+            for target in data:
+                gone = self.live.pop(target, None)
+                if gone is not None:
+                    self.total -= gone[1]
+        else:  # a rewind: the live set as it was at that version (later removals undone too)
+            self.live, self.total = {}, 0
+            for at, op, payload in self.ops:
+                if at > data:
+                    break
+                self._apply(op, at, payload)
 
     def _tokens(self, record: RecordedEvent) -> int:
         return record.tokens if record.tokens is not None else self.count(record.event)
@@ -177,15 +197,11 @@ class _Walk:
             elif isinstance(event, ToolReturned):
                 self._add(record, tool_output_cost(self.costs, self._tokens(record)))
             elif isinstance(event, MessageRemoved):
-                for target in event.target_event_ids:
-                    gone = self.live.pop(target, None)
-                    if gone is not None:
-                        self.total -= gone[1]
+                self.ops.append((record.version, "remove", event.target_event_ids))
+                self._apply("remove", record.version, event.target_event_ids)
             elif isinstance(event, SessionRewound):
-                for event_id, (version, tokens) in list(self.live.items()):
-                    if version > event.to_version:
-                        del self.live[event_id]
-                        self.total -= tokens
+                self._apply("rewind", record.version, event.to_version)
+                self.ops.append((record.version, "rewind", event.to_version))
             elif isinstance(event, UsageRecorded):
                 if event.scope == "run":
                     runs.append(

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import FIXTURES
 from turnlog.importers import import_conversations
 from turnlog.importers.from_swe_agent import looks_like_swe_agent, parse_swe_agent
-from turnlog.projections.prompt_tokens import call_estimates, prompt_messages
+from turnlog.projections.estimates import session_estimates
 from turnlog.store import (
     InvalidEventError,
     MessageAppended,
@@ -67,9 +67,10 @@ def test_the_estimate_of_each_call_sums_to_the_billed_prompt_tokens(file_store: 
     cl100k_base, give the API's prompt tokens; the assistant messages its completion tokens."""
     import_conversations(file_store, parse_swe_agent(REAL.read_text(), name=str(REAL)))
     records = file_store.read_session("swe-agent__test-repo-i1")
-    estimates = call_estimates(prompt_messages(records), file_store.tokenizer)
-    assert len(estimates) == 5
-    assert sum(estimates) == 52_861
+    calls, runs = session_estimates(file_store, "swe-agent__test-repo-i1")
+    assert [c.estimated_input for c in calls] == [10_211, 10_387, 10_564, 10_792, 10_907]
+    assert sum(c.estimated_input for c in calls) == 52_861 == sum(r.billed_input for r in runs)
+    assert all(c.exact and c.model == "gpt-4-1106-preview" and c.billed_input is None for c in calls)
     replies = [r for r in records if isinstance(r.event, MessageAppended) and r.event.role == "assistant"]
     assert sum(r.tokens or 0 for r in replies) == 326
 

