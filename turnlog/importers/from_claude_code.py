@@ -239,6 +239,10 @@ def _build(target: _Target, billed: set[tuple[str, str]], model: str | None) -> 
             )
         if kind not in ("user", "assistant"):
             continue
+        if data.get("sessionId") is not None and not is_id(data["sessionId"]):
+            raise InvalidEventError(
+                f"{record.where}: sessionId {short_repr(data['sessionId'])} is not a session id"
+            )
         uuid = text_field(record, data, "uuid")
         if not uuid:
             raise InvalidEventError(f"{record.where}: uuid: required field is missing")
