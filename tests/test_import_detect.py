@@ -30,6 +30,18 @@ def run(*args: str, input: bytes | None = None) -> tuple[int, str]:
         ("openai_chat.json", "openai"),
         ("pydantic_ai_coding_run.json", "pydantic-ai"),
         ("pydantic_ai_native_tools.json", "pydantic-ai"),
+        ("swe_agent_native.traj", "swe-agent"),
+        ("swe_agent_thought_action.traj", "swe-agent"),
+        (
+            "swe-agent/gpt4__swe-agent__test-repo__default_from_url__t-0.00__p-0.95__c-3.00__install-1/"
+            "swe-agent__test-repo-i1.traj",
+            "swe-agent",
+        ),
+        ("tau_bench_results.json", "tau-bench"),
+        ("claude-code/-home-dev-invoice/7d3f2a10-5b8e-4c21-9f4a-2e6b8c0d1a55.jsonl", "claude-code"),
+        ("claude-code/-home-dev-invoice", "claude-code"),
+        ("claude-code", "claude-code"),
+        ("codex", "codex"),
     ],
 )
 def test_a_file_is_recognized(fixture: str, fmt: str) -> None:
@@ -89,7 +101,19 @@ def test_a_folder_or_stdin_needs_a_format_that_reads_it(tmp_path: Path) -> None:
 
 
 def test_every_format_is_described() -> None:
-    assert {"jsonl", "openai", "pydantic-ai"} <= set(formats())
+    assert {"jsonl", "openai", "pydantic-ai", "swe-agent", "tau-bench", "claude-code", "codex"} <= set(
+        formats()
+    )
     assert all(fmt.describe for fmt in formats().values())
     with pytest.raises(InvalidEventError, match="unknown import format 'nope'"):
         import_path(SQLiteStore.open(":memory:"), b"[]", "nope")
+
+
+def test_a_folder_of_claude_code_logs_imports_without_format(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    code, out = run("--db", str(db), "import", str(FIXTURES / "claude-code"), "--json")
+    assert code == 0, out
+    sessions = json.loads(out)
+    assert sessions and all(s["appended"] == s["events"] for s in sessions)
+    code, out = run("--db", str(db), "import", str(FIXTURES / "claude-code"), "--json")
+    assert code == 0 and all(s["appended"] == 0 for s in json.loads(out))  # a re-import writes nothing

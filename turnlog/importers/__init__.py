@@ -20,9 +20,13 @@ from turnlog.importers.base import (
     import_conversations,
     with_derived_ids,
 )
+from turnlog.importers.from_claude_code import looks_like_claude_code, read_claude_code
+from turnlog.importers.from_codex import looks_like_codex, read_codex
 from turnlog.importers.from_jsonl import parse_jsonl
 from turnlog.importers.from_openai import parse_openai
 from turnlog.importers.from_pydantic_ai import parse_pydantic_ai
+from turnlog.importers.from_swe_agent import looks_like_swe_agent, parse_swe_agent
+from turnlog.importers.from_tau_bench import looks_like_tau_bench, parse_tau_bench
 from turnlog.importers.registry import ImportFormat, first_json, formats, read_conversations, register
 from turnlog.store import EventStore, InvalidEventError
 
@@ -57,13 +61,48 @@ register(
     )
 )
 
+register(
+    ImportFormat(
+        "swe-agent",
+        "SWE-agent trajectories (.traj), with the run's billed totals",
+        parse=parse_swe_agent,
+        detect=lambda path, head: looks_like_swe_agent(head),
+    )
+)
+register(
+    ImportFormat(
+        "tau-bench",
+        "tau-bench results files, one session per task and trial",
+        parse=parse_tau_bench,
+        detect=lambda path, head: looks_like_tau_bench(head),
+    )
+)
+register(
+    ImportFormat(
+        "claude-code",
+        "Claude Code transcripts: a .jsonl, a project folder or ~/.claude/projects",
+        read=read_claude_code,
+        detect=lambda path, head: looks_like_claude_code(path),
+        folders=True,
+    )
+)
+register(
+    ImportFormat(
+        "codex",
+        "OpenAI Codex CLI rollouts: a rollout-*.jsonl or ~/.codex/sessions",
+        read=read_codex,
+        detect=lambda path, head: looks_like_codex(path),
+        folders=True,
+    )
+)
+
 IMPORT_FORMATS: dict[str, Parser] = {
     "jsonl": parse_jsonl,
     "openai": parse_openai,
     "pydantic-ai": parse_pydantic_ai,
 }
-"""The formats read from a file's text: name -> ``parse(text, session=...)`` (every format, files
-and folders too: :func:`turnlog.importers.registry.formats`)."""
+"""turnlog's own and the chat-transcript formats: name -> ``parse(text, session=...)`` (fuzzed by
+tests/test_fuzz_import.py). Every format, files and folders: :func:`turnlog.importers.formats`."""
 
 
 def import_path(
