@@ -67,7 +67,8 @@ class Ledger(Projection):
     a rewind or a removal takes the events that caused it out of the context: it was paid."""
 
     name: ClassVar[str] = "ledger"
-    version: ClassVar[int] = 2  # 2: ledger_usage has a category (summarizer spend)
+    # 2: ledger_usage has a category (summarizer spend); 3: a run's totals count the calls they cover
+    version: ClassVar[int] = 3
     tables: ClassVar[tuple[str, ...]] = (
         "ledger_usage",
         "ledger_appended",
@@ -174,7 +175,7 @@ class Ledger(Projection):
                 _add(
                     usage,
                     (sid, event.run_id or run, event.model, day, AGENT),
-                    1,
+                    event.calls or 1,  # a run's totals (scope "run") count the calls they cover
                     event.input_tokens,
                     event.output_tokens,
                     event.cache_read_tokens,

@@ -56,10 +56,31 @@ def derive_event_id(session_id: str, index: int, event: Event) -> str:
 
 
 def with_derived_ids(session_id: str, events: Sequence[Event]) -> tuple[Event, ...]:
-    """The events with ids derived from the session, their index and their content."""
-    return tuple(
-        e.model_copy(update={"event_id": derive_event_id(session_id, i, e)}) for i, e in enumerate(events)
-    )
+    """The events with ids derived from the session, their index and their content. A reference to
+    an earlier event of the batch (a usage's ``call_event_id``, a pin's or removal's target) follows
+    that event's new id, and is part of the content the referring event's id derives from."""
+    renamed: dict[str, str] = {}
+    out: list[Event] = []
+    for index, event in enumerate(events):
+        event = _renamed_references(event, renamed)
+        new_id = derive_event_id(session_id, index, event)
+        renamed[event.event_id] = new_id
+        out.append(event.model_copy(update={"event_id": new_id}))
+    return tuple(out)
+
+
+_REFERENCES = ("call_event_id", "target_event_id", "target_event_ids")
+
+
+def _renamed_references(event: Event, renamed: dict[str, str]) -> Event:
+    update: dict[str, Any] = {}
+    for name in _REFERENCES:
+        value = getattr(event, name, None)
+        if isinstance(value, str) and value in renamed:
+            update[name] = renamed[value]
+        elif isinstance(value, tuple) and any(v in renamed for v in value):
+            update[name] = tuple(renamed.get(v, v) for v in value)
+    return event.model_copy(update=update) if update else event
 
 
 @dataclass(frozen=True)

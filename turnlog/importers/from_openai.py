@@ -231,6 +231,8 @@ def _usage(event_id: str, usage: dict[str, Any], model: str | None, where: str) 
     completion_details = section("completion_tokens_details")
     return UsageRecorded(
         event_id=event_id,
+        scope="run",  # a transcript's usage covers its whole conversation, not one call
+        source="openai",
         model=model or "unknown",
         input_tokens=count(usage, "prompt_tokens", "input_tokens"),
         output_tokens=count(usage, "completion_tokens", "output_tokens"),

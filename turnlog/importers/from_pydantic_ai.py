@@ -253,13 +253,13 @@ class _PydanticAIReader:
                     texts.append(_omitted({**(content if isinstance(content, dict) else {}), "kind": "file"}))
                 elif kind not in ("thinking", "compaction", "speech"):
                     raise InvalidEventError(f"{position}: unknown response part_kind {kind!r}")
+        answer: MessageAppended | None = None
         if texts or calls:
             with fields_of(where):
-                self.events.append(
-                    MessageAppended(
-                        role="assistant", content="\n\n".join(texts), tool_calls=tuple(calls) or None
-                    )
+                answer = MessageAppended(
+                    role="assistant", content="\n\n".join(texts), tool_calls=tuple(calls) or None
                 )
+                self.events.append(answer)
         self.events += native_returns
         usage = message.get("usage")
         if usage is not None and not isinstance(usage, dict):
@@ -268,7 +268,9 @@ class _PydanticAIReader:
             model = message.get("model_name") if isinstance(message.get("model_name"), str) else None
             recorded = _pai_usage(usage, model or session_model, message, f"{where}, usage")
             if recorded is not None:
-                self.events.append(recorded)
+                # The call it belongs to: the assistant message this response became.
+                call = {"call_event_id": answer.event_id} if answer is not None else {}
+                self.events.append(recorded.model_copy(update={**call, "source": "pydantic-ai"}))
 
     def _tool_return(self, part: dict[str, Any], position: str) -> ToolReturned:
         call_id = _pai_call_id(part, position)
