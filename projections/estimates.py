@@ -125,6 +125,76 @@ def calibration(calls: Sequence[CallEstimate], runs: Sequence[RunTotal] = ()) ->
     return {model: billed[model] / estimated[model] for model in sorted(billed) if estimated.get(model)}
 
 
+@dataclass(frozen=True)
+class EstimateRow:
+    """The agent's calls of one group: billed input beside turnlog's estimate."""
+
+    key: str | None
+    """The session, run, model or day (``agent`` in the category view); None for "no run"/"no model"
+    and for the totals."""
+    calls: int
+    """Calls estimated (a run billed as totals counts its estimated calls)."""
+    billed_input: int | None
+    """Input billed for the group's calls and runs; None when none of them has usage."""
+    estimated_input: int
+    difference: int | None
+    """billed − estimated, where both are known for every call of the group."""
+    exact: bool
+    """Every estimate of the group is exact (see :func:`is_exact`)."""
+
+
+@dataclass(frozen=True)
+class EstimateReport:
+    """:func:`audit_estimates`: the rows, their totals, and the calibration of approximate models."""
+
+    by: str
+    rows: tuple[EstimateRow, ...]
+    totals: EstimateRow
+    calibration: dict[str, float]
+    """Per model counted approximately: billed ÷ estimated (see :func:`calibration`)."""
+
+
+def audit_estimates(store: Store, session_id: str | None = None, by: str = "session") -> EstimateReport:
+    """The estimates of the audited sessions grouped like ``turnlog audit --by`` (the category view
+    has one row, the agent's calls). A group's billed input counts only usage that can be compared:
+    its calls billed one by one, and its runs billed as totals."""
+    calls, runs = store_estimates(store, [session_id] if session_id is not None else None)
+
+    def key(item: CallEstimate | RunTotal) -> str | None:
+        if by == "category":
+            return "agent"
+        value = {"session": item.session_id, "run": item.run_id, "model": item.model, "day": item.day}[by]
+        return value or None
+
+    groups: dict[str | None, list[CallEstimate]] = {}
+    for call in calls:
+        groups.setdefault(key(call), []).append(call)
+    totals_by: dict[str | None, list[RunTotal]] = {}
+    for run in runs:
+        totals_by.setdefault(key(run), []).append(run)
+    rows = tuple(
+        _row(k, groups.get(k, []), totals_by.get(k, []))
+        for k in sorted(set(groups) | set(totals_by), key=lambda k: (k is None, k or ""))
+    )
+    return EstimateReport(by, rows, _row(None, calls, runs), calibration(calls, runs))
+
+
+def _row(key: str | None, calls: Sequence[CallEstimate], runs: Sequence[RunTotal]) -> EstimateRow:
+    estimated = sum(c.estimated_input for c in calls)
+    per_call = [c.billed_input for c in calls if c.billed_input is not None]
+    billed = sum(per_call) + sum(r.billed_input for r in runs) if (per_call or runs) else None
+    # Comparable when every call is billed itself, or none is and runs bill them as totals.
+    whole = bool(calls) and (len(per_call) == len(calls) or (not per_call and bool(runs)))
+    return EstimateRow(
+        key=key,
+        calls=len(calls),
+        billed_input=billed,
+        estimated_input=estimated,
+        difference=billed - estimated if billed is not None and whole else None,
+        exact=bool(calls) and all(c.exact for c in calls),
+    )
+
+
 class _Walk:
     """One pass over a session's records (see the module)."""
 
@@ -258,4 +328,14 @@ def _with_model(call: CallEstimate, model: str, tokenizer: str) -> CallEstimate:
     return replace(call, model=model, exact=is_exact(model, tokenizer))
 
 
-__all__ = ["CallEstimate", "RunTotal", "calibration", "is_exact", "session_estimates", "store_estimates"]
+__all__ = [
+    "CallEstimate",
+    "EstimateReport",
+    "EstimateRow",
+    "RunTotal",
+    "audit_estimates",
+    "calibration",
+    "is_exact",
+    "session_estimates",
+    "store_estimates",
+]

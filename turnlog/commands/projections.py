@@ -286,9 +286,12 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
       turnlog audit --by model
       turnlog audit chat-1 --by category
     """
+    from turnlog.projections.estimates import audit_estimates
+
     table_of_prices = load_prices(prices)
     with ctx.read() as store:
         report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
+        estimates = audit_estimates(store, session, by)
     rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
     rows[-1]["key"] = "TOTAL"
     if as_json:
@@ -301,6 +304,11 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
                 "summarization": dataclasses.asdict(report.summarization),
                 "unknown_models": list(report.unknown_models),
                 "prices": {"date": report.prices_date, "source": report.prices_source},
+                "estimates": {
+                    "rows": [dataclasses.asdict(r) for r in estimates.rows],
+                    "totals": dataclasses.asdict(estimates.totals),
+                    "calibration": estimates.calibration,
+                },
             },
             as_json=True,
         )
@@ -308,8 +316,32 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
     emit(
         rows,
         as_json=False,
-        text=_audit_text(report, rows, "--prices file" if prices else "the bundled table"),
+        text=_audit_text(report, rows, "--prices file" if prices else "the bundled table")
+        + _estimates_text(estimates),
     )
+
+
+def _estimates_text(report: Any) -> str:
+    """The agent's calls: billed input beside turnlog's estimate (projections.estimates)."""
+    if not report.totals.calls:
+        return ""
+    rows = []
+    for row in (*report.rows, report.totals):
+        rows.append(
+            {
+                report.by: "TOTAL" if row is report.totals else (row.key if row.key is not None else "-"),
+                "calls": row.calls,
+                "billed_input": row.billed_input,
+                "estimated_input": row.estimated_input,
+                "difference": row.difference,
+                "estimate": "exact" if row.exact else "approximate",
+            }
+        )
+    columns = [report.by, "calls", "billed_input", "estimated_input", "difference", "estimate"]
+    text = "\n\nbilled input beside turnlog's estimate of what each call was sent:\n" + table(rows, columns)
+    for model, ratio in report.calibration.items():
+        text += f"\ncalibration {model}: billed ÷ estimated = {ratio:.3f} (its tokenizer is not the store's)"
+    return text
 
 
 def _audit_text(report: AuditReport, rows: list[dict[str, Any]], origin: str) -> str:
