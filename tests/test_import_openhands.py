@@ -54,7 +54,7 @@ def test_detection() -> None:
 
 
 def test_messages_and_paired_tool_calls(file_store: SQLiteStore) -> None:
-    sid, events = _import(file_store)
+    _, events = _import(file_store)
     started = events[0]
     assert isinstance(started, SessionStarted)
     assert (started.model, started.title) == (
@@ -95,7 +95,7 @@ def test_messages_and_paired_tool_calls(file_store: SQLiteStore) -> None:
 
 
 def test_usage_once_per_model_response(file_store: SQLiteStore) -> None:
-    sid, events = _import(file_store)
+    _, events = _import(file_store)
     usages = [e for e in events if isinstance(e, UsageRecorded)]
     assert [u.response_id for u in usages] == [
         "chatcmpl-AqK1",
@@ -121,13 +121,13 @@ def test_response_repeated_on_observations_is_counted_once(file_store: SQLiteSto
     events = _events()
     # Only the observation carries the usage: still one usage for the response.
     events[5]["tool_call_metadata"]["model_response"].pop("usage")
-    sid, stored = _import(file_store, events)
+    _, stored = _import(file_store, events)
     usages = [e for e in stored if isinstance(e, UsageRecorded) and e.response_id == "chatcmpl-AqK1"]
     assert [u.input_tokens for u in usages] == [3150]
 
 
 def test_edits_are_artifact_writes(file_store: SQLiteStore) -> None:
-    sid, events = _import(file_store)
+    _, events = _import(file_store)
     artifacts = [e for e in events if isinstance(e, ArtifactWritten)]
     assert [(a.name, a.content, a.tool_call_id) for a in artifacts] == [
         ("/workspace/calc.py", "return a + b", "call_edit1"),
@@ -147,7 +147,7 @@ def test_failed_edit_writes_no_artifact(file_store: SQLiteStore) -> None:
         "content": "No replacement was performed.",
         "extras": {},
     }
-    sid, stored = _import(file_store, events)
+    _, stored = _import(file_store, events)
     failed = next(e for e in stored if isinstance(e, ToolReturned) and e.tool_call_id == "call_edit1")
     assert failed.is_error
     assert [a.name for a in stored if isinstance(a, ArtifactWritten)] == ["/workspace/test_calc.py"]
@@ -157,7 +157,8 @@ def test_reimport_writes_nothing_and_a_grown_stream_appends_only_the_new(file_st
     used, first = import_path(file_store, STREAM)
     assert used == "openhands" and first.appended > 0
     assert import_path(file_store, STREAM)[1].appended == 0
-    grown = _events() + [
+    grown = [
+        *_events(),
         {
             "id": 15,
             "timestamp": "2025-01-15T10:13:00",
