@@ -20,6 +20,7 @@ from turnlog.importers.base import (
     import_conversations,
     with_derived_ids,
 )
+from turnlog.importers.from_aider import looks_like_aider, parse_aider
 from turnlog.importers.from_claude_code import looks_like_claude_code, read_claude_code
 from turnlog.importers.from_codex import looks_like_codex, read_codex
 from turnlog.importers.from_jsonl import parse_jsonl
@@ -104,6 +105,14 @@ register(
         "OpenHands event streams (a saved trajectory), with the usage of each model response",
         parse=parse_openhands,
         detect=lambda path, head: looks_like_openhands(head),
+    )
+)
+register(
+    ImportFormat(
+        "aider",
+        "aider chat histories (.aider.chat.history.md): one session per run, edits as artifacts",
+        parse=parse_aider,
+        detect=lambda path, head: looks_like_aider(head),
     )
 )
 
