@@ -184,6 +184,14 @@ def _broken(events: list[dict[str, Any]], index: int, change: Any) -> str:
     ("index", "change", "message"),
     [
         (5, lambda e: e.update(source="robot"), r"event \[5\] \(id 5\): source must be"),
+        (5, lambda e: e.update(source=["agent"]), r"event \[5\] \(id 5\): source must be"),
+        (
+            5,
+            lambda e: e["tool_call_metadata"]["model_response"]["usage"]["prompt_tokens_details"].update(
+                cached_tokens=-1
+            ),
+            r"prompt_tokens_details.cached_tokens must be a whole number",
+        ),
         (
             5,
             lambda e: e["tool_call_metadata"].pop("tool_call_id"),

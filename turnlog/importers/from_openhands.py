@@ -128,7 +128,7 @@ def _entry(item: Any, where: str) -> _Entry:
     if isinstance(item.get("id"), int) and not isinstance(item["id"], bool):
         where = f"{where} (id {item['id']})"
     source = item.get("source")
-    if source not in _SOURCES:
+    if not isinstance(source, str) or source not in _SOURCES:
         raise InvalidEventError(
             f"{where}: source must be agent, user or environment, not {short_repr(source)}"
         )
@@ -375,10 +375,12 @@ def _usage(response: _Response, rid: str, model: str | None, event_id: str) -> U
     prompt = token_count(usage["prompt_tokens"], "prompt_tokens", where)
     output = token_count(usage["completion_tokens"], "completion_tokens", where)
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    cached_name, cached = "prompt_tokens_details.cached_tokens", None
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens")
     if not cached:
-        cached = usage.get("cache_read_input_tokens")
-    read = 0 if cached is None else token_count(cached, "cache_read_input_tokens", where)
+        cached_name, cached = "cache_read_input_tokens", usage.get("cache_read_input_tokens")
+    read = 0 if cached is None else token_count(cached, cached_name, where)
     written_raw = usage.get("cache_creation_input_tokens")
     written = 0 if written_raw is None else token_count(written_raw, "cache_creation_input_tokens", where)
     if read + written > prompt:
