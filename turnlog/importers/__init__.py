@@ -20,10 +20,12 @@ from turnlog.importers.base import (
     import_conversations,
     with_derived_ids,
 )
+from turnlog.importers.from_aider import looks_like_aider, parse_aider
 from turnlog.importers.from_claude_code import looks_like_claude_code, read_claude_code
 from turnlog.importers.from_codex import looks_like_codex, read_codex
 from turnlog.importers.from_jsonl import parse_jsonl
 from turnlog.importers.from_openai import parse_openai
+from turnlog.importers.from_openhands import looks_like_openhands, parse_openhands
 from turnlog.importers.from_pydantic_ai import parse_pydantic_ai
 from turnlog.importers.from_swe_agent import looks_like_swe_agent, parse_swe_agent
 from turnlog.importers.from_tau_bench import looks_like_tau_bench, parse_tau_bench
@@ -42,7 +44,8 @@ def _is_jsonl(path: Path, head: str) -> bool:
 
 def _is_openai(path: Path, head: str) -> bool:
     text = head.lstrip("\ufeff \t\r\n")
-    return bool(_OPENAI_START.match(text)) and '"kind"' not in text[:200]
+    # An OpenHands event stream also opens with '[{"id": ...': its "source" and "action" tell it apart.
+    return bool(_OPENAI_START.match(text)) and '"kind"' not in text[:200] and not looks_like_openhands(text)
 
 
 def _is_pydantic_ai(path: Path, head: str) -> bool:
@@ -93,6 +96,23 @@ register(
         read=read_codex,
         detect=lambda path, head: looks_like_codex(path),
         folders=True,
+    )
+)
+
+register(
+    ImportFormat(
+        "openhands",
+        "OpenHands event streams (a saved trajectory), with the usage of each model response",
+        parse=parse_openhands,
+        detect=lambda path, head: looks_like_openhands(head),
+    )
+)
+register(
+    ImportFormat(
+        "aider",
+        "aider chat histories (.aider.chat.history.md): one session per run, edits as artifacts",
+        parse=parse_aider,
+        detect=lambda path, head: looks_like_aider(head),
     )
 )
 
