@@ -42,6 +42,8 @@ def run(*args: str, input: bytes | None = None) -> tuple[int, str]:
         ("claude-code/-home-dev-invoice", "claude-code"),
         ("claude-code", "claude-code"),
         ("codex", "codex"),
+        ("openhands/trajectory.json", "openhands"),
+        ("aider/.aider.chat.history.md", "aider"),
     ],
 )
 def test_a_file_is_recognized(fixture: str, fmt: str) -> None:
