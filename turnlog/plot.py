@@ -50,11 +50,11 @@ def plot_spend(
     """Write the spend plot of SESSION (per call) or of the store (per day) to ``path`` (.png or
     .svg); return the series drawn. PlotError when matplotlib is missing or nothing was billed."""
     check_plot_path(path)
-    _require_matplotlib()
     calls = call_spend(store, session_id, prices)
     if not calls:
         where = f"session {session_id!r}" if session_id is not None else "this store"
         raise PlotError(f"nothing to plot: {where} has no billed model calls")
+    _require_matplotlib()
     labels, series = per_call_series(calls) if session_id is not None else per_day_series(calls)
     title = f"spend of session {session_id}" if session_id is not None else "spend per day"
     render(path, title, "call" if session_id is not None else "day (UTC)", labels, series)
@@ -126,10 +126,12 @@ def render(
         tokens, cost = figure.subplots(2, 1, sharex=True)
         x = list(range(len(labels)))
         for axes, panel in ((tokens, "tokens"), (cost, "cost")):
-            for one in (s for s in series if s.panel == panel):
+            drawn = [s for s in series if s.panel == panel]
+            for one in drawn:
                 (line,) = axes.plot(x, one.values, marker="o", markersize=3, label=one.label)
                 line.set_gid("series-" + one.label.split(" (")[0].replace(" ", "-"))
-            axes.legend(loc="upper left", fontsize="small")
+            if drawn:
+                axes.legend(loc="upper left", fontsize="small")
             axes.grid(True, alpha=0.3)
         tokens.set_title(title)
         tokens.set_ylabel("tokens")

@@ -323,9 +323,7 @@ def audit_(
     emit(rows, as_json=False, text=_audit_text(report, rows, prices, plot))
 
 
-def _audit_text(
-    report: AuditReport, rows: list[dict[str, Any]], prices: str | None, plot: str | None
-) -> str:
+def _audit_text(report: AuditReport, rows: list[dict[str, Any]], prices: str | None, plot: str | None) -> str:
     by = report.by
     partial = False
     for row in rows:
