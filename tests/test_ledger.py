@@ -425,7 +425,7 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
     ledger_only = Materializer(store, [Ledger()])
     batches: list[tuple[str, list[Event]]] = [
         ("a", [SessionStarted(), RunStarted(run_id="r1"), MessageAppended(role="user", content="hello")]),
-        ("b", [RunStarted(run_id="r2"), usage("gpt-4o", 10, 5)]),
+        ("b", [RunStarted(run_id="r2"), usage("gpt-4o", 10, 5, cost_usd=0.1)]),
         (
             "a",
             [
@@ -437,7 +437,12 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
         ("b", [context([entry("system", 9, "system"), entry("notice", 1)]), RunFinished(run_id="r2")]),
         (
             "a",
-            [RunStarted(run_id="r4"), usage("unknown", 1, 1), MessageAppended(role="user", content="again")],
+            [
+                RunStarted(run_id="r4"),
+                usage("unknown", 1, 1),
+                usage("gemini-2.5-pro", 300_000, 9, scope="run", calls=3, cost_usd=0.3),
+                MessageAppended(role="user", content="again"),
+            ],
         ),
     ]
     for number, (sid, events) in enumerate(batches):
@@ -448,4 +453,6 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
     before = {by: audit(store, by=by) for by in ("session", "run", "model", "day", "category")}
     ledger_only.rebuild()
     assert {by: audit(store, by=by) for by in before} == before  # type: ignore[arg-type]
-    assert before["run"].totals.calls == 3
+    assert before["run"].totals.calls == 4
+    assert before["run"].totals.billed_cost == pytest.approx(0.4)
+    assert before["run"].totals.billed_calls == 2
