@@ -1,6 +1,7 @@
 """The token ledger: where tokens went and what they cost. It folds provider usage, the summarizers'
 usage, the tokens each event adds to the log and the manifests of built contexts into small aggregate
-tables, and prices them (projections.prices: the billing convention and the price tables).
+tables and one row per billed call, and prices them (projections.prices: the billing convention and
+the price sources).
 
 Billed usage has a category: ``agent`` for the agent's own model calls (``usage_recorded``),
 ``summarization`` for what turnlog's summarizers were billed (the ``usage`` of a ``summary_recorded``,
@@ -8,12 +9,20 @@ the tokens of an ``output_condensed``)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from turnlog.projections.materialize import Projection
-from turnlog.projections.prices import ModelPrice, PriceTable, PriceTableError, load_prices
+from turnlog.projections.prices import (
+    CallTokens,
+    ModelPrice,
+    Prices,
+    PriceTable,
+    PriceTableError,
+    load_prices,
+)
 from turnlog.store import (
     ContextBuilt,
     OutputCondensed,
@@ -54,6 +63,8 @@ class Ledger(Projection):
     - ``ledger_appended``: tokens added to the log per session, run, day and event type;
     - ``ledger_sent``: manifest tokens per session, run, model, day and category;
     - ``ledger_contexts``: built contexts and their total tokens per session, run, model and day;
+    - ``ledger_calls``: one row per billed call (a ``usage_recorded``, a billed summarizer call) with
+      its tokens, time and the cost its source recorded: prices depend on a call's date and size;
     - ``ledger_runs``: state, the run open in each session.
 
     The run of a usage or a context is the event's own ``run_id``, else the run open in its session;
@@ -67,7 +78,8 @@ class Ledger(Projection):
     a rewind or a removal takes the events that caused it out of the context: it was paid."""
 
     name: ClassVar[str] = "ledger"
-    # 2: ledger_usage has a category (summarizer spend); 3: a run's totals count the calls they cover
+    # 2: ledger_usage has a category (summarizer spend); 3: ledger_calls, and a run's totals count
+    # the calls they cover
     version: ClassVar[int] = 3
     tables: ClassVar[tuple[str, ...]] = (
         "ledger_usage",
@@ -75,6 +87,7 @@ class Ledger(Projection):
         "ledger_sent",
         "ledger_contexts",
         "ledger_runs",
+        "ledger_calls",
     )
     types: ClassVar[tuple[str, ...] | None] = None  # every event adds (possibly zero) tokens
 
@@ -128,6 +141,22 @@ class Ledger(Projection):
             CREATE TABLE {schema}.ledger_runs (
                 session_id TEXT PRIMARY KEY,
                 run_id TEXT NOT NULL
+            );
+            CREATE TABLE {schema}.ledger_calls (
+                session_id TEXT NOT NULL,
+                position INTEGER NOT NULL,       -- the billing event's
+                run_id TEXT NOT NULL,
+                model TEXT NOT NULL,
+                day TEXT NOT NULL,
+                category TEXT NOT NULL,
+                recorded_at TEXT NOT NULL,
+                calls INTEGER NOT NULL,          -- model calls covered (a run's totals: more than one)
+                input INTEGER NOT NULL,
+                output INTEGER NOT NULL,
+                cache_read INTEGER NOT NULL,
+                cache_write INTEGER NOT NULL,
+                billed_cost REAL,                -- cost_usd the source recorded, NULL when none
+                PRIMARY KEY (session_id, position)
             )
             """,
             schema,
@@ -148,6 +177,7 @@ class Ledger(Projection):
         appended: dict[tuple[str, ...], list[int]] = {}
         sent: dict[tuple[str, ...], list[int]] = {}
         contexts: dict[tuple[str, ...], list[int]] = {}
+        calls: list[tuple[Any, ...]] = []
 
         def open_run(sid: str) -> str:
             found = runs.get(sid)
@@ -172,19 +202,32 @@ class Ledger(Projection):
             if isinstance(event, RunFinished) and run == event.run_id:
                 runs[sid] = NONE
             elif isinstance(event, UsageRecorded):
-                _add(
-                    usage,
-                    (sid, event.run_id or run, event.model, day, AGENT),
-                    event.calls or 1,  # a run's totals (scope "run") count the calls they cover
+                run_id = event.run_id or run
+                billed = (
                     event.input_tokens,
                     event.output_tokens,
                     event.cache_read_tokens,
                     event.cache_write_tokens,
+                )
+                # A run's totals (scope "run") count the calls they cover.
+                _add(
+                    usage,
+                    (sid, run_id, event.model, day, AGENT),
+                    event.calls or 1,
+                    *billed,
                     event.reasoning_tokens,
                 )
+                calls.append(
+                    (sid, record.position, run_id, event.model, day, AGENT, record.recorded_at,
+                     event.calls or 1, *billed, event.cost_usd)
+                )  # fmt: skip
             elif (bill := _summarizer_bill(event)) is not None:
                 model, input, output = bill
                 _add(usage, (sid, run, model, day, SUMMARIZATION), 1, input, output, 0, 0, 0)
+                calls.append(
+                    (sid, record.position, run, model, day, SUMMARIZATION, record.recorded_at, 1,
+                     input, output, 0, 0, None)
+                )  # fmt: skip
             elif isinstance(event, ContextBuilt):
                 key = (sid, event.run_id or run, event.model or NONE, day)
                 _add(contexts, key, 1, event.total_tokens)
@@ -207,6 +250,12 @@ class Ledger(Projection):
         )
         _upsert(conn, "ledger_sent", (*_CONTEXT_KEY, "category"), ("contexts", "entries", "tokens"), sent)
         _upsert(conn, "ledger_contexts", _CONTEXT_KEY, ("contexts", "tokens"), contexts)
+        if calls:
+            conn.executemany(
+                f"INSERT INTO ledger_calls ({', '.join(_CALL_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(_CALL_COLUMNS))})",
+                calls,
+            )
         # Only the runs that changed: the rows of the others already say so.
         changed = [(sid, run) for sid, run in runs.items() if run != before.get(sid)]
         conn.executemany(
@@ -264,7 +313,14 @@ class AuditRow:
     contexts: int | None
     """Contexts built (in the category view: contexts with tokens in that category)."""
     cost: float | None
-    """USD from the price table; None when a model of the group has no price (see ``unknown_models``)."""
+    """USD as turnlog prices the billed tokens (each call at its date); None when a model of the group
+    has no price (see ``unknown_models``): unknown, never 0."""
+    billed_cost: float | None = None
+    """USD the sources recorded for the group's calls (``cost_usd``: their own bill or estimate);
+    None when no call of the group carries one."""
+    billed_calls: int | None = 0
+    """Calls whose source recorded a cost: fewer than ``calls`` when ``billed_cost`` covers only
+    some (None where ``calls`` is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,11 +341,11 @@ class AuditReport:
     """The part of the totals' billed columns and cost that summarizer calls were billed (key
     ``summarization``; appended, sent and contexts None); zero calls when none was billed."""
     unknown_models: tuple[str, ...]
-    """Billed models the price table has no price for: their cost is None."""
-    prices_date: str
-    """The date of the price table used."""
+    """Billed models the prices have no price for: their cost is None."""
+    prices_date: str | None
+    """The date of the price table used; None for genai-prices (each call priced at its date)."""
     prices_source: str
-    """Where its prices come from."""
+    """Where the prices come from."""
 
 
 CATEGORIES = ("system", "index", "pinned", "summary", "tool_output", "message", "notice", OVERHEAD)
@@ -305,17 +361,18 @@ def audit(
     store: Store,
     session_id: str | None = None,
     by: Grouping = "session",
-    prices: PriceTable | None = None,
+    prices: Prices | None = None,
 ) -> AuditReport:
     """Where the tokens went, grouped by session, run, model, day or category, and what they cost.
 
-    Reads only the ledger's aggregate tables (a key range of them for one session). ``prices``
-    defaults to the bundled table (:func:`load_prices`). Cost follows the module's convention: input
-    includes the cached tokens, reasoning tokens are billed as output once; a row whose billed models
-    are not all priced has cost None, and the report lists those models."""
+    Reads only the ledger's tables (a key range of them for one session). ``prices`` defaults to
+    genai-prices' data (:func:`load_prices`). Cost follows the module's convention: input includes
+    the cached tokens, reasoning tokens are billed as output once; a row whose billed models are not
+    all priced has cost None, and the report lists those models. The cost the sources recorded is
+    summed beside it (``billed_cost``)."""
     if by not in (*_DIMENSIONS, "category"):
         raise StoreError(f"cannot group the audit by {by!r}; use session, run, model, day or category")
-    table = prices if prices is not None else load_prices()
+    table: Prices = prices if prices is not None else load_prices()
     if session_id is not None:
         store.require_session(session_id)
     from turnlog.projections.registry import materializer  # here: the registry imports this module
@@ -360,7 +417,7 @@ def _gather(
     dimension: str | None,
     where: str,
     params: tuple[Any, ...],
-    prices: PriceTable,
+    prices: Prices,
     unknown: set[str],
     always: tuple[str | None, ...] = (),
 ) -> dict[str | None, AuditRow]:
@@ -369,26 +426,14 @@ def _gather(
     group = dimension or "NULL"
     billed_only = dimension == "category"  # appended and sent tokens have no billed category
     usage: dict[str | None, list[int]] = {}
-    costs: dict[str | None, float | None] = {}
-    for key, model, *sums in conn.execute(
+    for key, *sums in conn.execute(
         # Sums cast back to integers: PostgreSQL sums bigints as numeric.
-        f"SELECT {group}, model, {', '.join(f'CAST(sum({c}) AS BIGINT)' for c in _USAGE_SUMS)} "
-        "FROM ledger_usage "
-        f"{where} GROUP BY 1, 2",  # by position: the key may be the constant NULL (no dimension)
+        f"SELECT {group}, {', '.join(f'CAST(sum({c}) AS BIGINT)' for c in _USAGE_SUMS)} "
+        f"FROM ledger_usage {where} GROUP BY 1",  # by position: the key may be the constant NULL
         params,
     ):
-        key = key or None
-        _add(usage, key, *sums)
-        price = prices.price_for(model)
-        if price is None:
-            unknown.add(model)
-            costs[key] = None
-        else:
-            _, input, output, cache_read, cache_write, _ = sums
-            before = costs.get(key, 0.0)
-            costs[key] = (
-                None if before is None else before + price.cost(input, output, cache_read, cache_write)
-            )
+        _add(usage, key or None, *sums)
+    costs, billed = _costs(conn, group, where, params, prices, unknown)
     appended: dict[str | None, int] = {}
     if dimension != "model" and not billed_only:  # appended events have no model
         for key, tokens in conn.execute(
@@ -419,8 +464,44 @@ def _gather(
             sent=None if billed_only else tokens,
             contexts=None if billed_only else contexts,
             cost=costs.get(key, 0.0),
+            billed_cost=billed[key][0] if key in billed else None,
+            billed_calls=billed[key][1] if key in billed else 0,
         )
     return rows
+
+
+def _costs(
+    conn: Connection,
+    group: str,
+    where: str,
+    params: tuple[Any, ...],
+    prices: Prices,
+    unknown: set[str],
+) -> tuple[dict[str | None, float | None], dict[str | None, tuple[float, int]]]:
+    """Per key: the priced cost of its calls (None when a model is unknown, adding it to
+    ``unknown``), and the cost their sources recorded with how many recorded one. Calls are read
+    one by one (a price may depend on a call's date and size) in log order, so sums of floats
+    come out the same on every backend and after any rebuild."""
+    calls: defaultdict[tuple[str | None, str], list[CallTokens]] = defaultdict(list)
+    billed: dict[str | None, tuple[float, int]] = {}
+    for key, model, at, covered, input, output, cache_read, cache_write, billed_cost in conn.execute(
+        f"SELECT {group}, model, recorded_at, calls, input, output, cache_read, cache_write, "
+        f"billed_cost FROM ledger_calls {where} ORDER BY session_id, position",
+        params,
+    ):
+        key = key or None
+        calls[key, model].append(CallTokens(at, input, output, cache_read, cache_write, covered))
+        if billed_cost is not None:
+            total, count = billed.get(key, (0.0, 0))
+            billed[key] = (total + billed_cost, count + 1)
+    costs: dict[str | None, float | None] = {}
+    for (key, model), made in calls.items():
+        cost = prices.cost(model, made)
+        if cost is None:
+            unknown.add(model)
+        before = costs.get(key, 0.0)
+        costs[key] = None if before is None or cost is None else before + cost
+    return costs, billed
 
 
 def _sent_only(category: str, tokens: int, contexts: int) -> AuditRow:
@@ -436,12 +517,25 @@ def _sent_only(category: str, tokens: int, contexts: int) -> AuditRow:
         sent=tokens,
         contexts=contexts,
         cost=None,
+        billed_calls=None,
     )
 
 
 _USAGE_KEY = ("session_id", "run_id", "model", "day", "category")
 _USAGE_SUMS = ("calls", "input", "output", "cache_read", "cache_write", "reasoning")
 _CONTEXT_KEY = ("session_id", "run_id", "model", "day")
+_CALL_COLUMNS = (
+    "session_id",
+    "position",
+    *_USAGE_KEY[1:],
+    "recorded_at",
+    "calls",
+    "input",
+    "output",
+    "cache_read",
+    "cache_write",
+    "billed_cost",
+)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -488,6 +582,7 @@ __all__ = [
     "ModelPrice",
     "PriceTable",
     "PriceTableError",
+    "Prices",
     "audit",
     "load_prices",
 ]

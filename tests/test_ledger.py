@@ -22,6 +22,7 @@ from turnlog.projections.ledger import (
     load_prices,
 )
 from turnlog.projections.materialize import Materializer
+from turnlog.projections.prices import load_price_table
 from turnlog.store import (
     ContextBuilt,
     Event,
@@ -137,7 +138,7 @@ def scenario(store: SQLiteStore, clock: Clock) -> SQLiteStore:
     return store
 
 
-# Hand-computed costs, USD per million tokens from the bundled table:
+# Hand-computed costs, USD per million tokens (genai-prices' prices for these models on these days):
 GPT_4O = (600 * 2.50 + 400 * 1.25 + 200 * 10.00) / 1e6  # 0.004: uncached input, cache read, output
 SONNET = (500 * 3.00 + 1000 * 0.30 + 500 * 3.75 + 100 * 15.00) / 1e6  # 0.005175
 MINI = (10_000 * 0.15 + 1000 * 0.60) / 1e6  # 0.0021, priced as gpt-4o-mini, not gpt-4o
@@ -155,9 +156,21 @@ def row(
     sent: int | None = 0,
     contexts: int | None = 0,
     cost: float | None = 0.0,
+    billed_calls: int | None = 0,
 ) -> AuditRow:
     return AuditRow(
-        key, calls, input, output, cache_read, cache_write, reasoning, appended, sent, contexts, cost
+        key,
+        calls,
+        input,
+        output,
+        cache_read,
+        cache_write,
+        reasoning,
+        appended,
+        sent,
+        contexts,
+        cost,
+        billed_calls=billed_calls,
     )
 
 
@@ -195,7 +208,8 @@ def test_by_session(scenario: SQLiteStore) -> None:
     )
     assert report.unknown_models == ("mystery-model",)
     assert_rows((report.totals,), [row(None, 4, 13_500, 1350, 1400, 500, 50, 4, 91, 2, cost=None)])
-    assert report.prices_date == "2025-08"
+    assert report.prices_date is None  # genai-prices: each call at its date
+    assert report.prices_source.startswith("genai-prices ")
 
 
 def test_by_run_attributes_open_runs_and_explicit_run_ids(scenario: SQLiteStore) -> None:
@@ -256,6 +270,7 @@ def test_by_category_reports_sent_tokens_per_manifest_category(scenario: SQLiteS
     none = dict.fromkeys(
         ("calls", "input", "output", "cache_read", "cache_write", "reasoning", "appended", "cost")
     )
+    none["billed_calls"] = None
     assert_rows(
         report.rows,
         [
@@ -301,8 +316,12 @@ def test_run_started_inside_a_run_replaces_it_and_a_foreign_finish_changes_nothi
 # --- prices ----------------------------------------------------------------------------------
 
 
+# The snapshot of list prices turnlog bundled before genai-prices: a price table in the --prices format.
+TABLE_2025_08 = Path(__file__).parent / "fixtures" / "prices_2025_08.json"
+
+
 def test_price_lookup_exact_then_longest_prefix() -> None:
-    prices = load_prices()
+    prices = load_price_table(TABLE_2025_08)
     assert prices.price_for("gpt-4o") == prices.models["gpt-4o"]
     assert prices.price_for("gpt-4o-2024-08-06") == prices.models["gpt-4o"]
     assert prices.price_for("gpt-4o-mini-2024-07-18") == prices.models["gpt-4o-mini"]
@@ -321,10 +340,10 @@ def test_price_lookup_exact_then_longest_prefix() -> None:
     assert prices.price_for("llama-3") is None
 
 
-def test_bundled_table_is_dated_sound_and_resolvable() -> None:
+def test_old_snapshot_table_is_dated_sound_and_resolvable() -> None:
     # Properties of the table, not a copy of it: a typo in a price or a key that shadows another
-    # fails here, while updating the prices to a new snapshot does not need this test edited.
-    prices = load_prices()
+    # fails here.
+    prices = load_price_table(TABLE_2025_08)
     assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])", prices.date)
     assert "check" in prices.source  # it tells the reader the prices change
     assert len(prices.models) >= 3
@@ -344,7 +363,7 @@ def test_bundled_table_is_dated_sound_and_resolvable() -> None:
 
 
 def test_reasoning_tokens_are_not_billed_twice() -> None:
-    price = load_prices().models["o3"]
+    price = load_price_table(TABLE_2025_08).models["o3"]
     assert price.cost(1000, 500, 0, 0) == pytest.approx((1000 * 2 + 500 * 8) / 1e6)
 
 
@@ -406,7 +425,7 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
     ledger_only = Materializer(store, [Ledger()])
     batches: list[tuple[str, list[Event]]] = [
         ("a", [SessionStarted(), RunStarted(run_id="r1"), MessageAppended(role="user", content="hello")]),
-        ("b", [RunStarted(run_id="r2"), usage("gpt-4o", 10, 5)]),
+        ("b", [RunStarted(run_id="r2"), usage("gpt-4o", 10, 5, cost_usd=0.1)]),
         (
             "a",
             [
@@ -418,7 +437,12 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
         ("b", [context([entry("system", 9, "system"), entry("notice", 1)]), RunFinished(run_id="r2")]),
         (
             "a",
-            [RunStarted(run_id="r4"), usage("unknown", 1, 1), MessageAppended(role="user", content="again")],
+            [
+                RunStarted(run_id="r4"),
+                usage("unknown", 1, 1),
+                usage("gemini-2.5-pro", 300_000, 9, scope="run", calls=3, cost_usd=0.3),
+                MessageAppended(role="user", content="again"),
+            ],
         ),
     ]
     for number, (sid, events) in enumerate(batches):
@@ -429,4 +453,6 @@ def test_incremental_catch_up_equals_rebuild(store: SQLiteStore, clock: Clock) -
     before = {by: audit(store, by=by) for by in ("session", "run", "model", "day", "category")}
     ledger_only.rebuild()
     assert {by: audit(store, by=by) for by in before} == before  # type: ignore[arg-type]
-    assert before["run"].totals.calls == 3
+    assert before["run"].totals.calls == 6  # a run's totals count the 3 calls they cover
+    assert before["run"].totals.billed_cost == pytest.approx(0.4)
+    assert before["run"].totals.billed_calls == 2

@@ -233,7 +233,7 @@ def test_every_grouping_includes_summarization_in_its_totals(
 def test_unpriced_summarizer_and_a_store_without_summaries(
     scenario: SQLiteStore, tmp_path: Path, clock: Clock
 ) -> None:
-    only_4o = load_prices().model_copy(update={"models": {"gpt-4o": load_prices().models["gpt-4o"]}})
+    only_4o = PriceTable.model_validate({**PRICES, "models": {"gpt-4o": PRICES["models"]["gpt-4o"]}})
     report = audit(scenario, "s", prices=only_4o)
     assert report.unknown_models == ("gpt-4o-mini", "local-llm")
     assert report.summarization.cost is None and report.totals.cost is None
@@ -371,18 +371,18 @@ def test_cli_text_shows_the_summarization_line(runner: CliRunner, db: Path, pric
     code, out = run(runner, db, "audit", "s", "--by", "category", "--prices", str(prices_file))
     lines = out.splitlines()
     assert lines[0].split() == [
-        "category", "calls", "input", "output", "cache_read", "reasoning", "contexts", "sent", "cost",
+        "category", "calls", "input", "output", "cache_read", "reasoning", "contexts", "sent", "priced",
     ]  # fmt: skip
     assert lines[2].split()[:4] == [AGENT, "2", "1,500", "250"]
     assert lines[3].split()[:4] == [SUMMARIZATION, "4", "5,400", "290"]
-    assert "(cost: USD, prices of 2030-01 from --prices file)" in out
+    assert f"(USD; priced: with the prices of 2030-01 from {prices_file})" in out
     assert "summarization: 4 summarizer calls" in out
 
 
 def test_cli_text_without_summaries_is_unchanged(runner: CliRunner, db: Path) -> None:
     code, out = run(runner, db, "audit", "t")
     assert code == 0 and "summarization" not in out
-    assert _ledger_text(out).splitlines()[-1].startswith("(cost: USD")
+    assert _ledger_text(out).splitlines()[-1].startswith("(USD; priced: with the prices genai-prices ")
     code, out = run(runner, db, "audit", "t", "--by", "category")
     assert _ledger_text(out).split() == [
         "category", "contexts", "sent", "--------", "--------", "----", "TOTAL", "0", "0"

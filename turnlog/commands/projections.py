@@ -26,6 +26,7 @@ from turnlog.output import (
     table,
     tokens_range,
 )
+from turnlog.plot import check_plot_path, plot_spend
 from turnlog.projections.artifacts import artifact_index, list_artifacts, read_artifact
 from turnlog.projections.capping import MIN_CAP
 from turnlog.projections.context import ContextPolicy, build_context
@@ -273,25 +274,39 @@ def todos(ctx: _Context, session: str, at: int | None, history: bool, source: An
 @click.option(
     "--prices",
     type=click.Path(dir_okay=False, exists=True),
-    help="A price table (JSON, USD per million tokens) instead of the bundled one.",
+    help="A price table (JSON, USD per million tokens) instead of genai-prices' prices.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also draw tokens and cost per call (with SESSION) or per day into FILE (.png or .svg; "
+    "needs the plot extra).",
 )
 @json_option
 @pass_ctx
-def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_json: bool) -> None:
+def audit_(
+    ctx: _Context, session: str | None, by: str, prices: str | None, plot: str | None, as_json: bool
+) -> None:
     """Where the tokens went: billed usage (the agent's model calls and turnlog's summarizer calls),
-    tokens appended, tokens sent per category, and cost.
+    tokens appended, tokens sent per category, and cost: as billed by the source where it recorded
+    one, and as priced by turnlog (genai-prices, each call at its date; unknown models unpriced).
 
     \b
     Examples:
       turnlog audit --by model
       turnlog audit chat-1 --by category
+      turnlog audit chat-1 --plot spend.png
     """
     from turnlog.projections.estimates import audit_estimates
 
+    if plot is not None:
+        check_plot_path(plot)
     table_of_prices = load_prices(prices)
     with ctx.read() as store:
         report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
         estimates = audit_estimates(store, session, by)
+        if plot is not None:
+            plot_spend(store, plot, session, table_of_prices)
     rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
     rows[-1]["key"] = "TOTAL"
     if as_json:
@@ -313,12 +328,7 @@ def audit_(ctx: _Context, session: str | None, by: str, prices: str | None, as_j
             as_json=True,
         )
         return
-    emit(
-        rows,
-        as_json=False,
-        text=_audit_text(report, rows, "--prices file" if prices else "the bundled table")
-        + _estimates_text(estimates),
-    )
+    emit(rows, as_json=False, text=_audit_text(report, rows, prices, plot) + _estimates_text(estimates))
 
 
 def _estimates_text(report: Any) -> str:
@@ -344,19 +354,29 @@ def _estimates_text(report: Any) -> str:
     return text
 
 
-def _audit_text(report: AuditReport, rows: list[dict[str, Any]], origin: str) -> str:
+def _audit_text(report: AuditReport, rows: list[dict[str, Any]], prices: str | None, plot: str | None) -> str:
     by = report.by
+    partial = False
     for row in rows:
         row[by] = row.pop("key") if row["key"] is not None else "-"
-        row["cost"] = _usd(row["cost"])
+        row["billed cost"] = _usd(row["billed_cost"])
+        if row["billed_cost"] is not None and row["billed_calls"] != row["calls"]:
+            row["billed cost"] += "*"
+            partial = True
+        row["priced"] = "unknown" if row["calls"] and row["cost"] is None else _usd(row["cost"])
     billed = ["calls", "input", "output", "cache_read", "reasoning"]
-    columns = [by, *billed, "appended", "sent", "cost"]
+    costs = ["billed cost", "priced"] if any(r["billed_cost"] is not None for r in rows) else ["priced"]
+    columns = [by, *billed, "appended", "sent", *costs]
     spent = report.summarization
     if by == "category":  # billed categories are listed when summarizers were billed
-        columns = [by, *billed, "contexts", "sent", "cost"] if spent.calls else [by, "contexts", "sent"]
+        columns = [by, *billed, "contexts", "sent", *costs] if spent.calls else [by, "contexts", "sent"]
     text = table(rows, columns)
     if by != "category" or spent.calls:
-        text += f"\n(cost: USD, prices of {report.prices_date} from {origin})"
+        origin = f"of {report.prices_date} from {prices}" if prices else report.prices_source
+        billed_note = "billed cost: as the sources recorded it; " if len(costs) == 2 else ""
+        text += f"\n(USD; {billed_note}priced: with the prices {origin})"
+    if partial:
+        text += "\n* the source recorded a cost for only some of these calls"
     if spent.calls:
         text += (
             f"\nsummarization: {spent.calls:,} summarizer call{'s' if spent.calls != 1 else ''}, "
@@ -367,6 +387,8 @@ def _audit_text(report: AuditReport, rows: list[dict[str, Any]], origin: str) ->
             text += f" ({spent.cost / report.totals.cost:.1%})"
     if report.unknown_models:
         text += "\nno price for: " + ", ".join(report.unknown_models)
+    if plot is not None:
+        text += f"\nplot written to {plot}"
     return text
 
 
