@@ -71,9 +71,13 @@ class DaySpend:
     """The per-call estimates summed; None unless every call of the day has one."""
 
 
-def call_spend(store: Store, session_id: str | None = None, prices: Prices | None = None) -> list[CallSpend]:
+def call_spend(
+    store: Store, session_id: str | None = None, prices: Prices | None = None, *, estimates: bool = False
+) -> list[CallSpend]:
     """The billed calls of one session (or of the store), in log order, each priced on its own
-    (``prices`` defaults to genai-prices' data)."""
+    (``prices`` defaults to genai-prices' data); with ``estimates``, each agent call's
+    ``estimated_input`` filled in (projections.estimates: a call's own estimate, or for a run's
+    totals the sum of its calls')."""
     table = prices if prices is not None else load_prices()
     if session_id is not None:
         store.require_session(session_id)
@@ -96,7 +100,30 @@ def call_spend(store: Store, session_id: str | None = None, prices: Prices | Non
                 billed, cost,
             )
         )  # fmt: skip
-    return spent
+    return _with_estimates(store, spent, session_id) if estimates else spent
+
+
+def _with_estimates(store: Store, spent: list[CallSpend], session_id: str | None) -> list[CallSpend]:
+    from dataclasses import replace
+
+    from turnlog.projections.estimates import store_estimates
+
+    calls, _ = store_estimates(store, [session_id] if session_id is not None else None)
+    by_position = {c.position: c.estimated_input for c in calls if c.billed_input is not None}
+    by_run: dict[tuple[str, str | None], int] = {}
+    for call in calls:
+        if call.billed_input is None:  # billed only as its run's totals
+            key = (call.session_id, call.run_id)
+            by_run[key] = by_run.get(key, 0) + call.estimated_input
+    out = []
+    for row in spent:
+        estimate = None
+        if row.category == "agent":
+            estimate = by_position.get(row.position)
+            if estimate is None:  # a run's totals: the sum of its calls' estimates
+                estimate = by_run.get((row.session_id, row.run_id))
+        out.append(replace(row, estimated_input=estimate))
+    return out
 
 
 def spend_per_day(calls: Sequence[CallSpend]) -> list[DaySpend]:

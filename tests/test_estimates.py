@@ -187,3 +187,14 @@ def test_the_audit_puts_the_estimate_beside_the_real_runs_bill(tmp_path: Path, b
     assert [row["difference"] for row in estimates["rows"]] == [0]
     text = runner.invoke(cli, ["--db", str(db), "audit", "--by", by]).output
     assert "billed input beside turnlog's estimate" in text and "exact" in text
+
+
+def test_the_spend_rows_carry_the_estimate_for_the_plot(tmp_path: Path) -> None:
+    from turnlog.importers import import_path
+    from turnlog.projections.spend import call_spend
+
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        import_path(store, REAL_RUN)
+        assert [r.estimated_input for r in call_spend(store)] == [None]  # only when asked
+        [run] = call_spend(store, estimates=True)
+    assert (run.calls, run.input, run.estimated_input, run.billed_cost) == (5, 52_861, 52_861, 0.53839)

@@ -50,7 +50,7 @@ def plot_spend(
     """Write the spend plot of SESSION (per call) or of the store (per day) to ``path`` (.png or
     .svg); return the series drawn. PlotError when matplotlib is missing or nothing was billed."""
     check_plot_path(path)
-    calls = call_spend(store, session_id, prices)
+    calls = call_spend(store, session_id, prices, estimates=True)
     if not calls:
         where = f"session {session_id!r}" if session_id is not None else "this store"
         raise PlotError(f"nothing to plot: {where} has no billed model calls")
@@ -120,7 +120,7 @@ def render(
     fmt = Path(path).suffix.lower()[1:]
     # No timestamps or random ids in the file, text kept as text in an SVG: the same data gives
     # the same bytes.
-    style = {"svg.hashsalt": "turnlog", "svg.fonttype": "none", "path.simplify": False}
+    style: Any = {"svg.hashsalt": "turnlog", "svg.fonttype": "none", "path.simplify": False}
     with matplotlib.rc_context(style):
         figure = Figure(figsize=(9, 6), dpi=100, layout="constrained")
         tokens, cost = figure.subplots(2, 1, sharex=True)
