@@ -54,6 +54,8 @@ def build_context(
     head_version = store.version_at(session_id, at)
     if head_version == 0:
         raise StoreError(f"session {session_id!r} has no events at or before position {at}")
+    if policy.calibrate:
+        policy = _calibrated(store, session_id, policy, at, model)
     # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
     # a read (SQLite's nested readings share its transaction the same way).
     with store.reading():
@@ -62,6 +64,22 @@ def build_context(
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
+
+
+def _calibrated(
+    store: Store, session_id: str, policy: ContextPolicy, at: int, model: str | None
+) -> ContextPolicy:
+    """``policy`` with its budget divided by the model's calibration ratio as of ``at`` (unchanged
+    when the session's usage so far shows none)."""
+    if model is None:
+        raise StoreError("a calibrated budget needs the model the context is for (model=...)")
+    from turnlog.projections.estimates import calibration, session_estimates
+
+    calls, runs = session_estimates(store, session_id, at=at)
+    ratio = calibration(calls, runs).get(model)
+    if not ratio:
+        return policy
+    return policy.model_copy(update={"budget": max(1, int(policy.budget / ratio))})
 
 
 def timeline(store: Store, session_id: str, policy: ContextPolicy) -> list[Block]:

@@ -60,6 +60,12 @@ class ContextPolicy(BaseModel):
     """When the session has artifacts, show their index (one line each, full contents fetched on
     demand) right after the system messages: within 32,768 characters and half the budget, kept
     before older messages."""
+    calibrate: bool = False
+    """Correct the budget for a model whose tokenizer is not the store's: divide it by the ratio
+    billed ÷ estimated that the session's usage at or before the build's position shows for the
+    build's ``model`` (projections.estimates), so that what is sent stays within ``budget`` real
+    tokens. The same position gives the same ratio: a replay builds the same context. Without such
+    usage (or for a model counted exactly) the budget is used as it is."""
 
 
 @dataclass(slots=True)
@@ -134,7 +140,7 @@ class BuiltContext:
             tokenizer=self.tokenizer,
             budget=self.policy.budget,
             total_tokens=self.total_tokens,
-            policy=self.policy.model_dump(),
+            policy=_policy_payload(self.policy),
             entries=self.entries,
             run_id=run_id,
             model=model,
@@ -185,3 +191,12 @@ def tool_output_cost(costs: dict[str, int], tokens: int) -> int:
 def role_costs(tok: Tokenizer) -> dict[str, int]:
     """Tokens of each role word (and of a function call's type), counted once per tokenizer."""
     return _costs_for(tok.name, tok)
+
+
+def _policy_payload(policy: ContextPolicy) -> dict[str, Any]:
+    """A policy as a manifest records it (``calibrate`` only when set, so manifests of builds
+    without it read as before)."""
+    data = policy.model_dump()
+    if not data.get("calibrate"):
+        data.pop("calibrate", None)
+    return data

@@ -87,9 +87,15 @@ def is_exact(model: str | None, tokenizer: str) -> bool:
     return False
 
 
-def session_estimates(store: Store, session_id: str) -> tuple[list[CallEstimate], list[RunTotal]]:
-    """The session's calls with their estimates, and its run-level usage totals."""
-    return _Walk(store, session_id).run(store.read_session(session_id))
+def session_estimates(
+    store: Store, session_id: str, *, at: int | None = None
+) -> tuple[list[CallEstimate], list[RunTotal]]:
+    """The session's calls with their estimates, and its run-level usage totals (as of position
+    ``at``: only events at or before it)."""
+    records = store.read_session(session_id)
+    if at is not None:
+        records = [r for r in records if r.position <= at]
+    return _Walk(store, session_id).run(records)
 
 
 def store_estimates(

@@ -198,3 +198,35 @@ def test_the_spend_rows_carry_the_estimate_for_the_plot(tmp_path: Path) -> None:
         assert [r.estimated_input for r in call_spend(store)] == [None]  # only when asked
         [run] = call_spend(store, estimates=True)
     assert (run.calls, run.input, run.estimated_input, run.billed_cost) == (5, 52_861, 52_861, 0.53839)
+
+
+def test_a_calibrated_budget_follows_the_usage_at_the_build_position(tmp_path: Path) -> None:
+    from turnlog.store import StoreError
+
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        store.append(
+            "s", [_msg("system", "be brief")] + [_msg("user", f"question {i} " * 40) for i in range(30)]
+        )
+        before = store.head_position()
+        answer = _msg("assistant", "ok")
+        store.append("s", [answer])
+        [call], _ = session_estimates(store, "s")
+        usage = UsageRecorded(
+            model="claude-sonnet-4", input_tokens=2 * call.estimated_input, output_tokens=1,
+            call_event_id=answer.event_id,
+        )  # fmt: skip
+        store.append("s", [usage])
+        plain = build_context(store, "s", ContextPolicy(budget=2000))
+        calibrated = ContextPolicy(budget=2000, calibrate=True)
+        halved = build_context(store, "s", calibrated, model="claude-sonnet-4")
+        assert plain.total_tokens > 1000 >= halved.total_tokens  # billed twice the estimate: half the budget
+        assert halved.policy.budget == 1000 and halved.policy.calibrate
+        # As of a position before that usage there is nothing to learn from: the budget stands.
+        early = build_context(store, "s", calibrated, at=before, model="claude-sonnet-4")
+        assert early.policy.budget == 2000
+        # A model counted exactly, or one without usage, keeps its budget too.
+        assert build_context(store, "s", calibrated, model="gpt-4").policy.budget == 2000
+        with pytest.raises(StoreError, match="needs the model"):
+            build_context(store, "s", calibrated)
+        # A manifest of a build without calibrate reads as before (no new key).
+        assert "calibrate" not in plain.to_event().policy
