@@ -594,7 +594,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     """One line per problem, each naming the field: readable by people and by models."""
     parts = []
     for error in exc.errors(include_url=False):
-        location = ".".join(str(part) for part in error["loc"] if not _is_union_tag(part))
+        location = ".".join(_loc_part(part) for part in error["loc"] if not _is_union_tag(part))
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = "unknown field"
@@ -607,6 +607,13 @@ def describe_validation_error(exc: ValidationError) -> str:
 def event_types() -> Iterable[str]:
     """Names of every event type this turnlog knows."""
     return EVENT_CLASSES.keys()
+
+
+def _loc_part(part: object) -> str:
+    """A field name as an error names it: quoted when it is not a plain name (a key holding a line
+    break or control characters must not break the one-line message)."""
+    text = str(part)
+    return text if text.isprintable() and text.strip() == text and text else repr(text)
 
 
 def _is_union_tag(part: object) -> bool:

@@ -565,3 +565,11 @@ def test_usage_names_the_call_it_belongs_to_in_its_session(tmp_path: Path) -> No
                 "s", [UsageRecorded(model="m", input_tokens=1, output_tokens=1, call_event_id=usage.event_id)]
             )
         assert store.head_version("s") == 5 and store.head_version("t") == 0
+
+
+def test_a_field_name_with_a_line_break_keeps_the_error_on_one_line() -> None:
+    with pytest.raises(InvalidEventError) as caught:
+        parse_event({"type": "message_appended", "content": "x", "\n": None, "\x1b[2J": 1})
+    text = str(caught.value)
+    assert "\n" not in text and "\x1b" not in text
+    assert "'\\n': unknown field" in text and "role: required field is missing" in text
