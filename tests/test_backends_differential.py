@@ -68,10 +68,17 @@ TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)?")
 
 
 def run(db: str, args: list[str]) -> str:
+    code, out = outcome(db, args)
+    assert code == 0, f"{args}: {out}"
+    return out
+
+
+def outcome(db: str, args: list[str]) -> tuple[int, str]:
+    """The command's exit code and its output, masked (an error is an outcome to compare too)."""
     result = CliRunner().invoke(cli, ["--db", db, *args])
-    assert result.exit_code == 0, f"{args}: {result.output}{result.exception!r}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     masked = TIME.sub("…", MADE_UP_ID.sub("…", VOLATILE.sub(r'\1"…"', result.output)))
-    return re.sub(r"in \d+\.\d+ s\b", "in … s", masked)  # how long a rebuild took
+    return result.exit_code, re.sub(r"in \d+\.\d+ s\b", "in … s", masked)  # how long a rebuild took
 
 
 @pytest.fixture
@@ -131,7 +138,8 @@ def test_generated_sessions_read_the_same_on_both_backends(
                 ["audit", f"s{index}", "--by", "run", "--json"],
                 ["log", f"s{index}", "--json"],
             ):
-                assert run(sqlite, args) == run(postgres, args), args
+                # A generated session may not fit the budget: then both must refuse it alike.
+                assert outcome(sqlite, args) == outcome(postgres, args), args
     finally:
         drop_schema(schema)
 
