@@ -37,6 +37,7 @@ from turnlog.store import (
     UsageRecorded,
     events_loop,
     events_policy,
+    events_usage,
     limits,
     parse_event,
 )
@@ -47,7 +48,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
 # Every model the events module defines, found rather than listed, so a new one cannot slip past.
 ALL_MODELS: tuple[type[BaseModel], ...] = tuple(
     cls
-    for module in (events_module, events_loop, events_policy)
+    for module in (events_module, events_loop, events_policy, events_usage)
     for cls in vars(module).values()
     if isinstance(cls, type)
     and issubclass(cls, BaseModel)
