@@ -408,3 +408,15 @@ def content_text(content: Any, position: str) -> str:
     raise InvalidEventError(
         f"{position}: expected a string or a list of content parts, not {type(content).__name__}"
     )
+
+
+def load_document(text: str, name: str | None) -> tuple[Any, str]:
+    """A file's JSON document, and how messages name the file (``name``, else "the file"):
+    malformed JSON is an InvalidEventError naming its line and column."""
+    where = short_repr(name, 200) if name else "the file"
+    try:
+        return load_json(text, where), where
+    except json.JSONDecodeError as exc:
+        raise InvalidEventError(
+            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None

@@ -35,7 +35,7 @@ from turnlog.importers.base import (
     arguments_text,
     check_unicode,
     fields_of,
-    load_json,
+    load_document,
     short_repr,
     token_count,
 )
@@ -90,13 +90,7 @@ def parse_openhands(
     has grown since maps to the same session); event ids derive from the session, each event's
     index and its text, so importing the grown file again appends only what is new. ``model`` is
     the model where a response names none."""
-    where = short_repr(name, 200) if name else "the file"
-    try:
-        document = load_json(text, where)
-    except json.JSONDecodeError as exc:
-        raise InvalidEventError(
-            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
+    document, where = load_document(text, name)
     if not isinstance(document, list):
         raise InvalidEventError(
             f"{where}: expected an OpenHands event stream (a JSON list of events), "

@@ -28,7 +28,7 @@ from turnlog.importers.base import (
     content_text,
     fields_of,
     is_id,
-    load_json,
+    load_document,
     openai_tool_calls,
     short_repr,
     token_count,
@@ -85,13 +85,7 @@ def parse_swe_agent(
     same session), and a SWE-agent model shortcut first in its directory's name (``gpt4__...``)
     gives the model. ``model`` given explicitly wins over the shortcut; ``session`` over the
     derived id."""
-    where = short_repr(name, 200) if name else "the file"
-    try:
-        document = load_json(text, where)
-    except json.JSONDecodeError as exc:
-        raise InvalidEventError(
-            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
+    document, where = load_document(text, name)
     if not isinstance(document, dict):
         raise InvalidEventError(
             f"{where}: expected a SWE-agent trajectory (a JSON object with 'history'), "

@@ -10,7 +10,6 @@ usage of these sessions is unknown, not 0."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import PurePath
 from typing import Any
@@ -20,7 +19,7 @@ from turnlog.importers.base import (
     content_text,
     fields_of,
     is_id,
-    load_json,
+    load_document,
     openai_tool_calls,
     short_repr,
     with_derived_ids,
@@ -58,13 +57,7 @@ def parse_tau_bench(
     prefix (a file of one entry is session ``session`` itself). ``name`` is the path the file was
     read from: tau-bench puts the agent's model in its name (``tool-calling-MODEL-0.0_range_...``);
     ``model`` given explicitly wins. Every entry is read and checked before any is returned."""
-    where = short_repr(name, 200) if name else "the file"
-    try:
-        document = load_json(text, where)
-    except json.JSONDecodeError as exc:
-        raise InvalidEventError(
-            f"{where}: malformed JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-        ) from None
+    document, where = load_document(text, name)
     if not isinstance(document, list):
         raise InvalidEventError(
             f"{where}: expected a tau-bench results file (a JSON list of entries with task_id, "
