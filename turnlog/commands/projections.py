@@ -290,6 +290,8 @@ def audit_(
     """Where the tokens went: billed usage (the agent's model calls and turnlog's summarizer calls),
     tokens appended, tokens sent per category, and cost: as billed by the source where it recorded
     one, and as priced by turnlog (genai-prices, each call at its date; unknown models unpriced).
+    Then the agent's calls: billed input beside turnlog's estimate of what each was sent, exact or
+    approximate (with a billed ÷ estimated calibration ratio per model).
 
     \b
     Examples:
