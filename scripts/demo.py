@@ -150,7 +150,8 @@ def main() -> None:
     print(
         "\nWhat to try next:\n"
         "  .venv/bin/turnlog --help                        every command\n"
-        "  .venv/bin/turnlog import FILE --format openai   your own transcript (or pydantic-ai, jsonl)\n"
+        "  .venv/bin/turnlog import FILE                   your own transcript (see import --help)\n"
+        "  .venv/bin/turnlog import ~/.claude/projects     then audit: your Claude Code spend\n"
         "  .venv/bin/turnlog context SESSION --budget 8000 --format anthropic\n"
         "  .venv/bin/turnlog tool schema --format openai   give your agent access to its own log\n"
         "  .venv/bin/python scripts/example_agent.py      record an agent loop from Python\n"
