@@ -230,3 +230,32 @@ def test_a_calibrated_budget_follows_the_usage_at_the_build_position(tmp_path: P
             build_context(store, "s", calibrated)
         # A manifest of a build without calibrate reads as before (no new key).
         assert "calibrate" not in plain.to_event().policy
+
+
+def test_the_cli_builds_a_calibrated_context(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from turnlog.cli import cli
+
+    db = tmp_path / "t.db"
+    with SQLiteStore.open(db) as store:
+        store.append(
+            "s", [_msg("system", "be brief")] + [_msg("user", f"question {i} " * 40) for i in range(30)]
+        )
+        answer = _msg("assistant", "ok")
+        store.append("s", [answer])
+        [call], _ = session_estimates(store, "s")
+        store.append(
+            "s",
+            [UsageRecorded(model="claude-sonnet-4", input_tokens=2 * call.estimated_input, output_tokens=1,
+                           call_event_id=answer.event_id)],
+        )  # fmt: skip
+    args = ["--db", str(db), "context", "s", "--budget", "2000", "--json"]
+    plain = json.loads(CliRunner().invoke(cli, args).output)["manifest"]
+    result = CliRunner().invoke(cli, [*args, "--calibrate-for", "claude-sonnet-4"])
+    assert result.exit_code == 0, result.output
+    calibrated = json.loads(result.output)["manifest"]
+    assert (plain["budget"], calibrated["budget"]) == (2000, 1000)
+    assert calibrated["total_tokens"] <= 1000 < plain["total_tokens"]

@@ -66,6 +66,13 @@ from turnlog.projections.todos import current_todos, render_checklist, todo_hist
 @index_option()
 @click.option("--manifest", is_flag=True, help="Also print what went in: events, modes, tokens.")
 @click.option("--record", is_flag=True, help="Append a context_built event with the manifest.")
+@click.option(
+    "--calibrate-for",
+    "calibrate_for",
+    metavar="MODEL",
+    help="Divide the budget by MODEL's billed ÷ estimated ratio as of the build position "
+    "(for a model whose tokenizer is not the store's; see `turnlog audit`).",
+)
 @json_option
 @pass_ctx
 def context(
@@ -81,6 +88,7 @@ def context(
     index: bool,
     manifest: bool,
     record: bool,
+    calibrate_for: str | None,
     as_json: bool,
 ) -> None:
     """Build the context to send to the model for SESSION under a token budget.
@@ -105,8 +113,9 @@ def context(
             cap_open_run=cap_open_run,
             tool_output_modes=as_modes(tool_modes),
             index=index,
+            calibrate=calibrate_for is not None,
         )
-        built = build_context(store, session, policy, at=at, record=record)
+        built = build_context(store, session, policy, at=at, record=record, model=calibrate_for)
     if fmt == "text" and not as_json:
         echo(built.rendered)
         if manifest:
