@@ -123,8 +123,12 @@ def calibration(calls: Sequence[CallEstimate], runs: Sequence[RunTotal] = ()) ->
             continue
         billed[call.model] = billed.get(call.model, 0) + call.billed_input
         estimated[call.model] = estimated.get(call.model, 0) + call.estimated_input
+    by_run: dict[tuple[str, str | None], list[CallEstimate]] = {}
+    for call in calls:
+        if not call.exact:
+            by_run.setdefault((call.session_id, call.run_id), []).append(call)
     for run in runs:
-        mine = [c for c in calls if c.session_id == run.session_id and c.run_id == run.run_id and not c.exact]
+        mine = by_run.get((run.session_id, run.run_id), [])
         if mine and all(c.billed_input is None for c in mine):
             billed[run.model] = billed.get(run.model, 0) + run.billed_input
             estimated[run.model] = estimated.get(run.model, 0) + sum(c.estimated_input for c in mine)
@@ -162,9 +166,25 @@ class EstimateReport:
 
 def audit_estimates(store: Store, session_id: str | None = None, by: str = "session") -> EstimateReport:
     """The estimates of the audited sessions grouped like ``turnlog audit --by`` (the category view
-    has one row, the agent's calls). A group's billed input counts only usage that can be compared:
-    its calls billed one by one, and its runs billed as totals."""
-    calls, runs = store_estimates(store, [session_id] if session_id is not None else None)
+    has one row, the agent's calls); for the whole store, the sessions the ledger has the agent's
+    billed usage for. A group's billed input counts only usage that can be compared: its calls
+    billed one by one, and its runs billed as totals."""
+    from turnlog.projections.registry import materializer  # the registry imports the ledger
+
+    if session_id is not None:
+        sessions = [session_id]
+    else:
+        # Only sessions with the agent's usage have a bill to compare with: the others are not read.
+        materializer(store).catch_up()
+        with store.reading() as conn:
+            billed = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT DISTINCT session_id FROM ledger_usage WHERE category = 'agent'"
+                )
+            }
+        sessions = [s.session_id for s in store.sessions() if s.session_id in billed]
+    calls, runs = store_estimates(store, sessions)
 
     def key(item: CallEstimate | RunTotal) -> str | None:
         if by == "category":

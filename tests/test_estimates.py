@@ -259,3 +259,16 @@ def test_the_cli_builds_a_calibrated_context(tmp_path: Path) -> None:
     calibrated = json.loads(result.output)["manifest"]
     assert (plain["budget"], calibrated["budget"]) == (2000, 1000)
     assert calibrated["total_tokens"] <= 1000 < plain["total_tokens"]
+
+
+def test_the_store_audit_compares_only_sessions_with_a_bill(tmp_path: Path) -> None:
+    from turnlog.importers import import_path
+    from turnlog.projections.estimates import audit_estimates
+
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        import_path(store, REAL_RUN)
+        store.append("chat", [_msg("user", "hi"), _msg("assistant", "hello")])  # no usage: nothing to compare
+        report = audit_estimates(store)
+        assert [row.key for row in report.rows] == ["swe-agent__test-repo-i1"]
+        assert report.totals.calls == 5
+        assert [row.key for row in audit_estimates(store, "chat").rows] == ["chat"]  # asked for: shown
