@@ -371,3 +371,24 @@ def test_a_file_store_grows_and_errors_name_the_event_file(file_store: SQLiteSto
     empty.mkdir()
     with pytest.raises(InvalidEventError, match="no OpenHands events in it"):
         import_path(file_store, empty, "openhands")
+
+
+@pytest.mark.parametrize("accumulated_only", [False, True])
+def test_a_reply_first_counted_by_a_later_snapshot_gets_its_usage_once(
+    file_store: SQLiteStore, accumulated_only: bool
+) -> None:
+    # The reply's own event has no llm_metrics: the tool call's snapshot is the first to count it.
+    events = _plain()
+    del events[2]["llm_metrics"]
+    if accumulated_only:
+        for event in events:
+            if "llm_metrics" in event:
+                event["llm_metrics"]["token_usages"] = []
+    _, stored = _import(file_store, events)
+    usages = [e for e in stored if isinstance(e, UsageRecorded)]
+    assert sorted(_counts(u) for u in usages) == sorted([R1, R2, R3])
+    by_message = [_message_of(stored, u).content[:9] for u in usages]
+    assert sorted(by_message) == sorted(["It retrie", "I'll run ", "All four "])
+    # The reply's usage comes after the tool call's message it was written with, never on it.
+    reply = next(u for u in usages if _counts(u) == R1)
+    assert not _message_of(stored, reply).tool_calls

@@ -300,15 +300,16 @@ def _build(
         events.append(event)
         times.append(_time(entry))
 
-    def response_usage(response: _Response, rid: str, entry: _Entry) -> None:
-        """The usage of a response that made tool calls: its own, else its llm_metrics entry."""
+    def response_usage(response: _Response, rid: str, entry: _Entry) -> bool:
+        """Record the usage of a response that made tool calls: its own, else its llm_metrics
+        entry; False when neither says."""
         where, counts = response.usage_where, None
         if response.usage is not None:
             counts = litellm_counts(response.usage, where)
         elif rid in metrics.by_id:
             where, counts = metrics.by_id[rid].where, metrics.by_id[rid].counts
         if counts is None:
-            return
+            return False
         metrics.called_response(counts)
         usage = usage_event(
             counts,
@@ -320,9 +321,11 @@ def _build(
             where=where,
         )
         add(usage, entry)
+        return True
 
     def action(index: int, entry: _Entry, event_id: str) -> str | None:
-        """Store an action; returns the id of the assistant message it made, if any."""
+        """Store an action; returns the id of the assistant message it made whose usage is still to
+        come (from the event's llm_metrics), if any."""
         nonlocal title
         data = entry.data
         args: dict[str, Any] = data.get("args") or {}
@@ -353,7 +356,8 @@ def _build(
                 call_names[call.id] = call.name
             if response is not None and rid is not None:
                 response.message_id = event_id
-                response_usage(response, rid, entry)
+                if response_usage(response, rid, entry):
+                    return None  # its usage is recorded: none of the snapshot's is this message's
             return event_id
         if entry.name == "system":
             add(
@@ -408,16 +412,20 @@ def _build(
         if artifact is not None and not failed:
             add(artifact, entry)
 
+    unbilled: str | None = None  # the last assistant message whose usage is still to come
     for index, entry in enumerate(entries):
         event_id = line_id(session_id, index, json.dumps(entry.data, sort_keys=True, ensure_ascii=False))
         with fields_of(entry.where):
-            made = None
             if entry.kind == "action":
-                made = action(index, entry, event_id)
+                unbilled = action(index, entry, event_id) or unbilled
             else:
                 observation(entry, event_id)
-            for usage in metrics.at(index, made, lambda *parts: line_id(session_id, *parts)):
+            # A snapshot written after the reply's own event (or the reply's event had none) still
+            # belongs to the reply it first counts.
+            for usage in metrics.at(index, unbilled, lambda *parts: line_id(session_id, *parts)):
                 add(usage, entry)
+                if usage.call_event_id is not None:
+                    unbilled = None
     if not events:
         raise InvalidEventError("the file holds no OpenHands message, tool call or result")
     started = SessionStarted(

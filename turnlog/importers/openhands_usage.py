@@ -11,8 +11,9 @@ So: a ``token_usages`` entry is recorded once by its response id, never when a t
 response with that id is in the stream (that usage is recorded from it, or from the entry when the
 response lacks one). Without ``token_usages``, the usage of a snapshot's event is the change of the
 running totals since the snapshot before, less the tool calls' usage recorded in between. Either
-way it is attached to the assistant message the event made, when it made one; the change of
-``accumulated_cost`` is its cost when that change is this one response's alone. Counts keep
+way it is attached to the plain-text reply whose usage has not come yet (the event's own, or an
+earlier one whose event had no snapshot), never to a tool call's message, which has its own; the
+change of ``accumulated_cost`` is its cost when that change is this one response's alone. Counts keep
 litellm's meaning (prompt tokens include the cached ones); where the cache counts exceed the prompt
 (Anthropic's way, through an older litellm) they are added to it."""
 
@@ -198,8 +199,9 @@ class MetricsUsage:
         self._since_calls += 1
 
     def at(self, index: int, message_id: str | None, event_id: Callable[..., str]) -> list[UsageRecorded]:
-        """The usage the index-th event's snapshot adds, attached to ``message_id`` (the assistant
-        message the event made, if any); ``event_id(*parts)`` makes the events' ids."""
+        """The usage the index-th event's snapshot adds, its last response attached to
+        ``message_id`` (the plain-text reply still without usage, if any); ``event_id(*parts)``
+        makes the events' ids."""
         snapshot = self._snapshots.get(index)
         if snapshot is None:
             return []
