@@ -43,7 +43,10 @@ def run(*args: str, input: bytes | None = None) -> tuple[int, str]:
         ("claude-code", "claude-code"),
         ("codex", "codex"),
         ("openhands/trajectory.json", "openhands"),
+        ("openhands/plain_replies.json", "openhands"),
         ("aider/.aider.chat.history.md", "aider"),
+        ("real/claude-code-log/sidechain_integrated.jsonl", "claude-code"),
+        ("real/localpush-codex", "codex"),
     ],
 )
 def test_a_file_is_recognized(fixture: str, fmt: str) -> None:

@@ -231,3 +231,164 @@ def test_not_a_stream_is_refused(tmp_path: Path) -> None:
         parse_openhands("[{")
     with pytest.raises(InvalidEventError, match=r"event \[0\]: expected an object"):
         parse_openhands("[1]")
+
+
+PLAIN = FIXTURES / "openhands" / "plain_replies.json"
+R1 = (5210, 62, 0, 5100)
+R2 = (5480, 48, 5100, 310)
+R3 = (5630, 95, 5410, 150)
+
+
+def _plain() -> list[dict[str, Any]]:
+    return json.loads(PLAIN.read_text())
+
+
+def _counts(usage: UsageRecorded) -> tuple[int, int, int, int]:
+    return (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+
+
+def _message_of(events: list[Any], usage: UsageRecorded) -> MessageAppended:
+    message = next(e for e in events if e.event_id == usage.call_event_id)
+    assert isinstance(message, MessageAppended) and message.role == "assistant"
+    return message
+
+
+def test_plain_replies_take_their_usage_from_llm_metrics_once_per_response(file_store: SQLiteStore) -> None:
+    _, events = _import(file_store, _plain())
+    usages = [e for e in events if isinstance(e, UsageRecorded)]
+    # Every snapshot repeats the earlier responses; chatcmpl-P2 is also the tool call's response.
+    assert [u.response_id for u in usages] == ["chatcmpl-P1", "chatcmpl-P2", "chatcmpl-P3"]
+    assert [_counts(u) for u in usages] == [R1, R2, R3]
+    assert [_message_of(events, u).content for u in usages] == [
+        "It retries the wrapped call up to three times, doubling the delay after each failure.",
+        "I'll run them.",
+        "All four retry tests pass.",
+    ]
+    assert [bool(_message_of(events, u).tool_calls) for u in usages] == [False, True, False]
+    # A cost is the change of accumulated_cost when it is one response's alone.
+    assert [u.cost_usd for u in usages] == [pytest.approx(0.02019), None, pytest.approx(0.005475)]
+    assert {u.model for u in usages} == {"claude-sonnet-4-20250514"}
+
+
+def test_accumulated_totals_alone_give_each_reply_the_change_since_the_last(file_store: SQLiteStore) -> None:
+    # Later OpenHands releases write only the running totals (no token_usages).
+    events = _plain()
+    for event in events:
+        if "llm_metrics" in event:
+            event["llm_metrics"]["token_usages"] = []
+    _, stored = _import(file_store, events)
+    usages = [e for e in stored if isinstance(e, UsageRecorded)]
+    assert [_counts(u) for u in usages] == [R1, R2, R3]
+    assert [u.response_id for u in usages] == [None, "chatcmpl-P2", None]
+    assert [_message_of(stored, u).content[:9] for u in usages] == ["It retrie", "I'll run ", "All four "]
+
+
+def test_a_tool_call_response_without_usage_takes_its_metrics_entry(file_store: SQLiteStore) -> None:
+    events = _plain()
+    for index in (4, 5):
+        events[index]["tool_call_metadata"]["model_response"] = {
+            k: v for k, v in events[index]["tool_call_metadata"]["model_response"].items() if k != "usage"
+        }
+    _, stored = _import(file_store, events)
+    usages = [e for e in stored if isinstance(e, UsageRecorded)]
+    assert [(u.response_id, _counts(u)) for u in usages] == [
+        ("chatcmpl-P1", R1),
+        ("chatcmpl-P2", R2),
+        ("chatcmpl-P3", R3),
+    ]
+    assert _message_of(stored, usages[1]).tool_calls
+
+
+def test_plain_replies_reimport_writes_nothing(file_store: SQLiteStore, tmp_path: Path) -> None:
+    path = tmp_path / "plain.json"
+    path.write_text(PLAIN.read_text())
+    assert import_path(file_store, path)[1].appended == 11
+    assert import_path(file_store, path)[1].appended == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.update(token_usages={}), r"\(id 2\), llm_metrics.token_usages: must be a list"),
+        (
+            lambda m: m["token_usages"][0].update(completion_tokens=-3),
+            r"event \[2\] \(id 2\), llm_metrics.token_usages\[0\]: completion_tokens must be a whole number",
+        ),
+        (
+            lambda m: m["accumulated_token_usage"].update(prompt_tokens=1.5),
+            r"llm_metrics.accumulated_token_usage: prompt_tokens must be a whole number",
+        ),
+        (lambda m: m.update(accumulated_cost="0.02"), r"llm_metrics.accumulated_cost: must be a cost"),
+    ],
+)
+def test_bad_llm_metrics_name_the_event_and_field(file_store: SQLiteStore, change: Any, message: str) -> None:
+    events = _plain()
+    change(events[2]["llm_metrics"])
+    with pytest.raises(InvalidEventError, match=message):
+        import_path(file_store, _text(events).encode(), "openhands")
+    assert file_store.head_position() == 0
+
+
+def _file_store(root: Path, sid: str, events: list[dict[str, Any]]) -> Path:
+    folder = root / "sessions" / sid / "events"
+    folder.mkdir(parents=True)
+    for event in events:
+        (folder / f"{event['id']}.json").write_text(json.dumps(event))
+    return root
+
+
+def test_a_file_store_imports_each_session_under_its_id(file_store: SQLiteStore, tmp_path: Path) -> None:
+    root = _file_store(tmp_path / "file_store", "a1b2c3", _plain())
+    _file_store(tmp_path / "file_store", "d4e5f6", _events())
+    assert detect_format(root) == "openhands"
+    assert detect_format(root / "sessions" / "a1b2c3") == "openhands"
+    used, result = import_path(file_store, root)
+    assert used == "openhands"
+    assert [s["session_id"] for s in result.sessions] == ["a1b2c3", "d4e5f6"]
+    # The same conversation as the saved trajectory: events read in the order of their numbers.
+    [from_file] = parse_openhands(PLAIN.read_text(), session="a1b2c3")
+    stored = _stored(file_store, "a1b2c3")
+    assert [type(e).__name__ for e in stored] == [type(e).__name__ for e in from_file.events]
+    assert [e.event_id for e in stored] == [e.event_id for e in from_file.events]
+    assert import_path(file_store, root / "sessions" / "a1b2c3" / "events")[1].appended == 0
+
+
+def test_a_file_store_grows_and_errors_name_the_event_file(file_store: SQLiteStore, tmp_path: Path) -> None:
+    events = _plain()
+    root = _file_store(tmp_path / "fs", "s1", events[:4])
+    assert import_path(file_store, root)[1].appended > 0
+    folder = root / "sessions" / "s1" / "events"
+    for event in events[4:]:
+        (folder / f"{event['id']}.json").write_text(json.dumps(event))
+    grown = import_path(file_store, root)[1]
+    assert grown.sessions[0]["skipped"] > 0 and grown.appended > 0
+    (folder / "8.json").write_text('{"id": 8, "source": "agent"}')
+    head = file_store.head_position()
+    with pytest.raises(InvalidEventError, match=r"8\.json.*either an 'action' or an 'observation'"):
+        import_path(file_store, root)
+    assert file_store.head_position() == head
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InvalidEventError, match="no OpenHands events in it"):
+        import_path(file_store, empty, "openhands")
+
+
+@pytest.mark.parametrize("accumulated_only", [False, True])
+def test_a_reply_first_counted_by_a_later_snapshot_gets_its_usage_once(
+    file_store: SQLiteStore, accumulated_only: bool
+) -> None:
+    # The reply's own event has no llm_metrics: the tool call's snapshot is the first to count it.
+    events = _plain()
+    del events[2]["llm_metrics"]
+    if accumulated_only:
+        for event in events:
+            if "llm_metrics" in event:
+                event["llm_metrics"]["token_usages"] = []
+    _, stored = _import(file_store, events)
+    usages = [e for e in stored if isinstance(e, UsageRecorded)]
+    assert sorted(_counts(u) for u in usages) == sorted([R1, R2, R3])
+    by_message = [_message_of(stored, u).content[:9] for u in usages]
+    assert sorted(by_message) == sorted(["It retrie", "I'll run ", "All four "])
+    # The reply's usage comes after the tool call's message it was written with, never on it.
+    reply = next(u for u in usages if _counts(u) == R1)
+    assert not _message_of(stored, reply).tool_calls

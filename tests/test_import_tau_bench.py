@@ -25,13 +25,14 @@ from turnlog.store import (
 RESULTS = FIXTURES / "tau_bench_results.json"
 TEXT = RESULTS.read_text()
 NAME = "results/tool-calling-gpt-4o-0.0_range_0-2_user-gpt-4o-llm_0703120000.json"
+IDS = ["tau-bench-retail-0-0-b4bfdf1e", "tau-bench-retail-1-0-403c0772", "tau-bench-retail-0-1-6c7ca3f1"]
 
 
 def test_one_session_per_entry_with_ids_from_task_and_trial(file_store: SQLiteStore) -> None:
     result = import_conversations(file_store, parse_tau_bench(TEXT, name=NAME))
-    assert [s["session_id"] for s in result.sessions] == ["tau-bench-0-0", "tau-bench-1-0", "tau-bench-0-1"]
+    assert [s["session_id"] for s in result.sessions] == IDS
     entries = json.loads(TEXT)
-    for entry, sid in zip(entries, ["tau-bench-0-0", "tau-bench-1-0", "tau-bench-0-1"], strict=True):
+    for entry, sid in zip(entries, IDS, strict=True):
         started, *body = [r.event for r in file_store.read_session(sid)]
         assert isinstance(started, SessionStarted)
         assert started.model == "gpt-4o"  # from the file's name
@@ -41,13 +42,13 @@ def test_one_session_per_entry_with_ids_from_task_and_trial(file_store: SQLiteSt
         assert started.metadata["info"] == entry["info"]
         assert len(body) == len(entry["traj"])
         assert not any(isinstance(e, UsageRecorded) for e in body)  # the file records none: unknown
-    started = file_store.read_session("tau-bench-0-0")[0].event
+    started = file_store.read_session(IDS[0])[0].event
     assert isinstance(started, SessionStarted) and started.title == "Hi, I'd like to cancel an order please."
 
 
 def test_tool_calls_are_paired_with_their_results(file_store: SQLiteStore) -> None:
     import_conversations(file_store, parse_tau_bench(TEXT))
-    body = [r.event for r in file_store.read_session("tau-bench-0-0")][1:]
+    body = [r.event for r in file_store.read_session(IDS[0])][1:]
     assert [type(e).__name__ for e in body].count("ToolReturned") == 3
     for index, event in enumerate(body):
         if isinstance(event, ToolReturned):
@@ -70,6 +71,61 @@ def test_re_importing_writes_nothing(file_store: SQLiteStore) -> None:
     again = import_conversations(file_store, parse_tau_bench(TEXT, name=NAME))
     assert first.appended == count and again.appended == 0
     assert file_store.count_events() == count
+
+
+def _airline(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same tasks and trials run in the airline domain (its policy as the system prompt)."""
+    out = json.loads(json.dumps(entries))
+    for entry in out:
+        entry["traj"][0]["content"] = "# Airline Agent Policy\nThe current time is 2024-05-15 15:00:00 EST."
+    return out
+
+
+def test_results_of_other_domains_and_runs_never_share_a_session(file_store: SQLiteStore) -> None:
+    retail = json.loads(TEXT)
+    airline = _airline(retail)
+    other_run = json.loads(TEXT)
+    other_run[0]["reward"] = 0.0  # the same task and trial, another outcome
+    sessions = []
+    for document in (retail, airline, other_run):
+        result = import_conversations(file_store, parse_tau_bench(json.dumps(document), name=NAME))
+        assert result.appended > 0
+        sessions.append([s["session_id"] for s in result.sessions])
+    assert sessions[0] == IDS
+    assert [sid.rsplit("-", 1)[0] for sid in sessions[1]] == [
+        "tau-bench-airline-0-0",
+        "tau-bench-airline-1-0",
+        "tau-bench-airline-0-1",
+    ]
+    assert sessions[2][0] not in IDS and sessions[2][1:] == IDS[1:]
+    assert len({sid for found in sessions for sid in found}) == 7
+    # A domain the system prompt does not name: task, trial and digest only.
+    unnamed = json.loads(TEXT)
+    unnamed[0]["traj"][0]["content"] = "You are a helpful agent."
+    assert parse_tau_bench(json.dumps(unnamed[:2]))[0].session_id.startswith("tau-bench-0-0-")
+
+
+def test_the_same_entries_map_to_the_same_sessions_however_the_file_changed(file_store: SQLiteStore) -> None:
+    import_conversations(file_store, parse_tau_bench(TEXT, name=NAME))
+    count = file_store.count_events()
+    entries = json.loads(TEXT)
+    # Renamed, re-indented, rewritten in another order (tau-bench's final write), or read from stdin
+    # (where the name no longer gives the model, --model does).
+    for text, name, model in (
+        (TEXT, "renamed.json", "gpt-4o"),
+        (json.dumps(entries, indent=4), NAME, None),
+        (json.dumps(entries[::-1]), NAME, None),
+        (json.dumps(entries), None, "gpt-4o"),
+    ):
+        conversations = parse_tau_bench(text, name=name, model=model)
+        assert sorted(c.session_id for c in conversations) == sorted(IDS)
+        assert import_conversations(file_store, conversations).appended == 0
+    assert file_store.count_events() == count
+    # A file that has grown (tau-bench appends each finished task) adds its new entry's session only.
+    grown = [*entries, {**entries[1], "trial": 1}]
+    result = import_conversations(file_store, parse_tau_bench(json.dumps(grown), name=NAME))
+    assert [s["appended"] > 0 for s in result.sessions] == [False, False, False, True]
+    assert result.sessions[3]["session_id"].startswith("tau-bench-retail-1-1-")
 
 
 def test_session_and_model_given_win() -> None:
@@ -108,7 +164,7 @@ BAD: list[tuple[str, Callable[[list[Any]], Any] | str, str]] = [
      "entry [2].trial: expected the trial's number"),
     ("negative trial", _entry(2, lambda e: e.update(trial=-1)), "entry [2].trial"),
     ("traj not a list", _entry(2, lambda e: e.update(traj={})),
-     "entry [2] (session tau-bench-0-1).traj: expected a list"),
+     "entry [2] (session tau-bench-0-1-"),
     ("reward as text", _entry(2, lambda e: e.update(reward="1")), ".reward: expected a number"),
     ("info a list", _entry(2, lambda e: e.update(info=[])), ".info: expected an object"),
     ("message not an object", _entry(2, lambda e: e["traj"].append(None)), ".traj[8]: expected an object"),

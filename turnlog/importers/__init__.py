@@ -25,7 +25,12 @@ from turnlog.importers.from_claude_code import looks_like_claude_code, read_clau
 from turnlog.importers.from_codex import looks_like_codex, read_codex
 from turnlog.importers.from_jsonl import parse_jsonl
 from turnlog.importers.from_openai import parse_openai
-from turnlog.importers.from_openhands import looks_like_openhands, parse_openhands
+from turnlog.importers.from_openhands import (
+    looks_like_openhands,
+    looks_like_openhands_store,
+    parse_openhands,
+    read_openhands,
+)
 from turnlog.importers.from_pydantic_ai import parse_pydantic_ai
 from turnlog.importers.from_swe_agent import looks_like_swe_agent, parse_swe_agent
 from turnlog.importers.from_tau_bench import looks_like_tau_bench, parse_tau_bench
@@ -51,6 +56,10 @@ def _is_openai(path: Path, head: str) -> bool:
 def _is_pydantic_ai(path: Path, head: str) -> bool:
     text = head.lstrip("\ufeff \t\r\n")
     return text.startswith("[") and '"parts"' in text and bool(_PYDANTIC_KIND.search(text))
+
+
+def _is_openhands(path: Path, head: str) -> bool:
+    return looks_like_openhands_store(path) if path.is_dir() else looks_like_openhands(head)
 
 
 _OPENAI_START = re.compile(r'^(\[\s*)?\{\s*"(role|messages|id|title|model)"\s*:')
@@ -102,9 +111,11 @@ register(
 register(
     ImportFormat(
         "openhands",
-        "OpenHands event streams (a saved trajectory), with the usage of each model response",
+        "OpenHands event streams: a saved trajectory, or a file store's sessions/<id>/events folder",
         parse=parse_openhands,
-        detect=lambda path, head: looks_like_openhands(head),
+        read=read_openhands,
+        detect=_is_openhands,
+        folders=True,
     )
 )
 register(

@@ -22,6 +22,7 @@ from turnlog.store import (
     SessionStarted,
     ToolCall,
     UnknownEventError,
+    UsageRecorded,
 )
 from turnlog.store.errors import DuplicateEventError
 from turnlog.store.events import describe_validation_error
@@ -218,18 +219,55 @@ def _plan(store: EventStore, conversation: Conversation, earlier: Sequence[Conve
         return _Plan(conversation, 0, events, times)
     own = store.read_session(sid, own=True)
     stored_ids = [r.event_id for r in own[: len(events)]]
+    rest = events[len(stored_ids) :]
     if stored_ids != [e.event_id for e in events[: len(stored_ids)]]:
-        raise DuplicateEventError(
-            f"session {sid!r} already exists and was not imported from this file; "
-            "choose another name with --session"
-        )
+        renamed = _earlier_release_ids([r.event for r in own[: len(events)]], events)
+        if renamed is None:
+            raise DuplicateEventError(
+                f"session {sid!r} already exists and was not imported from this file; "
+                "choose another name with --session"
+            )
+        # Imported by an earlier release (its usage events kept schema 1, and so other ids): the
+        # stored events stay as they are, and what follows them refers to them by their ids.
+        rest = tuple(_renamed_references(event, renamed) for event in rest)
     done = len(stored_ids)
     if done < len(events) and len(own) != done:
         raise DuplicateEventError(
             f"session {sid!r} has events appended after its import; "
             "import the grown file under another name with --session"
         )
-    return _Plan(conversation, head, events[done:], None if times is None else times[done:])
+    return _Plan(conversation, head, rest, None if times is None else times[done:])
+
+
+_USAGE_SCHEMA_2 = ("call_event_id", "scope", "calls", "cost_usd", "output_lower_bound", "source")
+"""The fields usage_recorded gained in schema 2: a usage an earlier release imported has their
+defaults, and another event id (an id derives from the event's content)."""
+
+
+def _earlier_release_ids(stored: Sequence[Event], events: Sequence[Event]) -> dict[str, str] | None:
+    """Whether ``stored`` (a session's events) is an earlier release's import of ``events``' start:
+    the same events, but for usage events stored with schema 1 (their schema-2 fields at their
+    defaults; the new import may fill them in). Returns the new ids of the events whose stored id
+    differs, mapped to the stored ids; None when the session is not such an import."""
+    renamed: dict[str, str] = {}
+    for old, new in zip(stored, events, strict=False):
+        new = _renamed_references(new, renamed)
+        if old.event_id == new.event_id:
+            continue  # the same content (an id derives from it)
+        if type(old) is not type(new):
+            return None
+        mine = old.model_dump(exclude={"event_id"})
+        theirs = new.model_dump(exclude={"event_id"})
+        if isinstance(old, UsageRecorded):
+            defaults = UsageRecorded.model_fields
+            if any(mine[name] != defaults[name].default for name in _USAGE_SCHEMA_2):
+                return None
+            for name in _USAGE_SCHEMA_2:
+                del mine[name], theirs[name]
+        if mine != theirs:
+            return None
+        renamed[new.event_id] = old.event_id
+    return renamed
 
 
 def json_lines(text: str) -> list[str]:

@@ -27,18 +27,21 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from turnlog.importers.agent_logs import fill_times, line_id
+from turnlog.importers.agent_logs import fill_times, line_id, session_names
 from turnlog.importers.base import (
     Conversation,
     arguments_text,
     check_unicode,
+    decode_text,
     fields_of,
+    is_id,
     load_document,
     short_repr,
-    token_count,
 )
+from turnlog.importers.openhands_usage import MetricsUsage, litellm_counts, read_snapshot, usage_event
 from turnlog.store import (
     ArtifactWritten,
     Event,
@@ -47,7 +50,6 @@ from turnlog.store import (
     SessionStarted,
     ToolCall,
     ToolReturned,
-    UsageRecorded,
 )
 from turnlog.store.limits import recorded_time
 
@@ -100,6 +102,72 @@ def parse_openhands(
     session_id = session or _derived_id(document)
     responses = _responses(entries)
     return [_build(session_id, entries, responses, model)]
+
+
+def read_openhands(path: Path, *, session: str | None = None, model: str | None = None) -> list[Conversation]:
+    """Read a saved event stream (a file), or OpenHands' file store: a folder of
+    ``sessions/<id>/events/<n>.json`` (one event per file), given as the store, its ``sessions``
+    folder, one session's folder or its ``events`` folder. Each session found is one conversation,
+    under its OpenHands id (``session`` names it instead: ``NAME``, or ``NAME-1``, ``NAME-2``...
+    for several); events are read in the order of their numbers."""
+    if not path.is_dir():
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidEventError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+        return parse_openhands(decode_text(data, str(path)), session=session, model=model, name=str(path))
+    folders = event_folders(path)
+    if not folders:
+        raise InvalidEventError(
+            f"{path}: no OpenHands events in it (expected sessions/<id>/events/<n>.json, one event per file)"
+        )
+    names = session_names(session, [sid for sid, _ in folders])
+    conversations = []
+    for sid, folder in folders:
+        if not is_id(names[sid]):
+            raise InvalidEventError(f"{folder}: {short_repr(names[sid])} cannot be a session id")
+        entries = []
+        for file in _numbered(folder):
+            try:
+                text = decode_text(file.read_bytes(), str(file))
+            except OSError as exc:
+                raise InvalidEventError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+            entries.append(_entry(load_document(text, str(file))[0], str(file)))
+        conversations.append(_build(names[sid], entries, _responses(entries), model))
+    return conversations
+
+
+def event_folders(path: Path) -> list[tuple[str, Path]]:
+    """The ``events`` folders at or under ``path`` (an OpenHands file store, its ``sessions``
+    folder, a session's folder or an events folder), each with its session's id, by id."""
+    if path.name == "events" and _numbered(path):
+        return [(path.parent.resolve().name, path)]
+    if (path / "events").is_dir():
+        return [(path.name, path / "events")] if _numbered(path / "events") else []
+    root = path / "sessions" if (path / "sessions").is_dir() else path
+    return [
+        (child.name, child / "events")
+        for child in sorted(root.iterdir())
+        if (child / "events").is_dir() and _numbered(child / "events")
+    ]
+
+
+def looks_like_openhands_store(path: Path) -> bool:
+    """Whether a folder holds OpenHands events (its first event file is an event object)."""
+    folders = event_folders(path) if path.is_dir() else []
+    if not folders:
+        return False
+    first = _numbered(folders[0][1])[0]
+    return looks_like_openhands("[" + first.read_text(encoding="utf-8", errors="replace")[:4096])
+
+
+def _numbered(folder: Path) -> list[Path]:
+    """The ``<n>.json`` files of a folder, by number."""
+    try:
+        found = [p for p in folder.iterdir() if p.suffix == ".json" and p.stem.isdigit() and p.is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: int(p.stem))
 
 
 @dataclass(frozen=True)
@@ -220,99 +288,146 @@ def _build(
     action_calls: dict[int, str] = {}  # an action's OpenHands id -> its tool call id
     edits: dict[str, ArtifactWritten] = {}  # a call id -> the artifact its edit wrote
     title: str | None = None
+    first_model = next((r.model for r in responses.values() if r.model), None) or model
+    snapshots = {
+        index: read_snapshot(entry.data["llm_metrics"], entry.where)
+        for index, entry in enumerate(entries)
+        if entry.data.get("llm_metrics") is not None
+    }
+    metrics = MetricsUsage(snapshots, set(responses), first_model or "unknown")
 
     def add(event: Event, entry: _Entry) -> None:
         events.append(event)
         times.append(_time(entry))
 
-    for index, entry in enumerate(entries):
+    def response_usage(response: _Response, rid: str, entry: _Entry) -> bool:
+        """Record the usage of a response that made tool calls: its own, else its llm_metrics
+        entry; False when neither says."""
+        where, counts = response.usage_where, None
+        if response.usage is not None:
+            counts = litellm_counts(response.usage, where)
+        elif rid in metrics.by_id:
+            where, counts = metrics.by_id[rid].where, metrics.by_id[rid].counts
+        if counts is None:
+            return False
+        metrics.called_response(counts)
+        usage = usage_event(
+            counts,
+            event_id=line_id(session_id, "usage", rid),
+            model=response.model or model or "unknown",
+            response_id=rid,
+            call_event_id=response.message_id,
+            cost=None,
+            where=where,
+        )
+        add(usage, entry)
+        return True
+
+    def action(index: int, entry: _Entry, event_id: str) -> str | None:
+        """Store an action; returns the id of the assistant message it made whose usage is still to
+        come (from the event's llm_metrics), if any."""
+        nonlocal title
         data = entry.data
-        event_id = line_id(session_id, index, json.dumps(data, sort_keys=True, ensure_ascii=False))
-        with fields_of(entry.where):
-            if entry.kind == "action":
-                args: dict[str, Any] = data.get("args") or {}
-                if entry.call_id is not None and entry.function is not None:
-                    if isinstance(data.get("id"), int):
-                        action_calls[data["id"]] = entry.call_id
-                    if entry.name in _EDITS and entry.call_id not in edits:
-                        artifact = _artifact(entry, args, line_id(session_id, "artifact", index))
-                        if artifact is not None:
-                            edits[entry.call_id] = artifact
-                    if entry.call_id in call_names:
-                        continue
-                    rid = entry.response["id"] if entry.response is not None else None
-                    response = responses.get(rid) if rid is not None else None
-                    if response is not None and response.message_id is not None:
-                        continue  # an earlier action of the same response made the message
-                    calls = tuple(response.calls) if response is not None else ()
-                    if response is None:
-                        calls = (
-                            ToolCall(id=entry.call_id, name=entry.function, arguments=arguments_text(args)),
-                        )
-                    content = (response.text or response.thought or "") if response is not None else ""
-                    if response is None and isinstance(args.get("thought"), str):
-                        content = args["thought"]
-                    check_unicode(content, f"{entry.where}, content")
-                    add(
-                        MessageAppended(
-                            event_id=event_id, role="assistant", content=content, tool_calls=calls
-                        ),
-                        entry,
-                    )
-                    for call in calls:
-                        call_names[call.id] = call.name
-                    if response is not None:
-                        response.message_id = event_id
-                        if response.usage is not None:
-                            add(_usage(response, rid or "", model, line_id(session_id, "usage", rid)), entry)
-                elif entry.name == "system":
-                    add(
-                        MessageAppended(
-                            event_id=event_id, role="system", content=_text(entry, args, "content")
-                        ),
-                        entry,
-                    )
-                elif entry.name == "message":
-                    role = "user" if data["source"] == "user" else "assistant"
-                    content = _text(entry, args, "content")
-                    add(MessageAppended(event_id=event_id, role=role, content=content), entry)
-                    if role == "user" and title is None:
-                        title = " ".join(content.split())[:80] or None
-                continue
-            call_id = entry.call_id
-            if call_id is None and isinstance(data.get("cause"), int):
-                call_id = action_calls.get(data["cause"])
-            if call_id is None:
-                continue  # not the result of a tool call
-            if call_id not in call_names:
-                raise InvalidEventError(
-                    f"{entry.where}: tool_call_metadata.tool_call_id {short_repr(call_id)} answers no tool "
-                    "call of an earlier action"
-                )
-            if call_id in returned:
-                continue  # OpenHands answers a call once; a second answer is not sent to the model
-            returned.add(call_id)
-            content = data.get("content", "")
-            if not isinstance(content, str):
-                raise InvalidEventError(f"{entry.where}: content must be a string, not {short_repr(content)}")
+        args: dict[str, Any] = data.get("args") or {}
+        if entry.call_id is not None and entry.function is not None:
+            if isinstance(data.get("id"), int):
+                action_calls[data["id"]] = entry.call_id
+            if entry.name in _EDITS and entry.call_id not in edits:
+                artifact = _artifact(entry, args, line_id(session_id, "artifact", index))
+                if artifact is not None:
+                    edits[entry.call_id] = artifact
+            if entry.call_id in call_names:
+                return None
+            rid = entry.response["id"] if entry.response is not None else None
+            response = responses.get(rid) if rid is not None else None
+            if response is not None and response.message_id is not None:
+                return None  # an earlier action of the same response made the message
+            calls = tuple(response.calls) if response is not None else ()
+            if response is None:
+                calls = (ToolCall(id=entry.call_id, name=entry.function, arguments=arguments_text(args)),)
+            content = (response.text or response.thought or "") if response is not None else ""
+            if response is None and isinstance(args.get("thought"), str):
+                content = args["thought"]
             check_unicode(content, f"{entry.where}, content")
-            failed = entry.name == "error" or data.get("success") is False
             add(
-                ToolReturned(
-                    event_id=event_id,
-                    tool_call_id=call_id,
-                    tool_name=call_names[call_id],
-                    content=content,
-                    is_error=failed,
-                ),
+                MessageAppended(event_id=event_id, role="assistant", content=content, tool_calls=calls), entry
+            )
+            for call in calls:
+                call_names[call.id] = call.name
+            if response is not None and rid is not None:
+                response.message_id = event_id
+                if response_usage(response, rid, entry):
+                    return None  # its usage is recorded: none of the snapshot's is this message's
+            return event_id
+        if entry.name == "system":
+            add(
+                MessageAppended(event_id=event_id, role="system", content=_text(entry, args, "content")),
                 entry,
             )
-            artifact = edits.pop(call_id, None)
-            if artifact is not None and not failed:
-                add(artifact, entry)
+        elif entry.name == "message":
+            role = "user" if data["source"] == "user" else "assistant"
+            content = _text(entry, args, "content")
+            add(MessageAppended(event_id=event_id, role=role, content=content), entry)
+            if role == "user" and title is None:
+                title = " ".join(content.split())[:80] or None
+            return event_id if role == "assistant" else None
+        elif entry.name == "finish" and data["source"] == "agent":
+            # A finish without a tool call (the model answered in plain text): its final words.
+            content = _text(entry, args, "final_thought") or _text(entry, args, "thought")
+            add(MessageAppended(event_id=event_id, role="assistant", content=content), entry)
+            return event_id
+        return None
+
+    def observation(entry: _Entry, event_id: str) -> None:
+        data = entry.data
+        call_id = entry.call_id
+        if call_id is None and isinstance(data.get("cause"), int):
+            call_id = action_calls.get(data["cause"])
+        if call_id is None:
+            return  # not the result of a tool call
+        if call_id not in call_names:
+            raise InvalidEventError(
+                f"{entry.where}: tool_call_metadata.tool_call_id {short_repr(call_id)} answers no tool "
+                "call of an earlier action"
+            )
+        if call_id in returned:
+            return  # OpenHands answers a call once; a second answer is not sent to the model
+        returned.add(call_id)
+        content = data.get("content", "")
+        if not isinstance(content, str):
+            raise InvalidEventError(f"{entry.where}: content must be a string, not {short_repr(content)}")
+        check_unicode(content, f"{entry.where}, content")
+        failed = entry.name == "error" or data.get("success") is False
+        add(
+            ToolReturned(
+                event_id=event_id,
+                tool_call_id=call_id,
+                tool_name=call_names[call_id],
+                content=content,
+                is_error=failed,
+            ),
+            entry,
+        )
+        artifact = edits.pop(call_id, None)
+        if artifact is not None and not failed:
+            add(artifact, entry)
+
+    unbilled: str | None = None  # the last assistant message whose usage is still to come
+    for index, entry in enumerate(entries):
+        event_id = line_id(session_id, index, json.dumps(entry.data, sort_keys=True, ensure_ascii=False))
+        with fields_of(entry.where):
+            if entry.kind == "action":
+                unbilled = action(index, entry, event_id) or unbilled
+            else:
+                observation(entry, event_id)
+            # A snapshot written after the reply's own event (or the reply's event had none) still
+            # belongs to the reply it first counts.
+            for usage in metrics.at(index, unbilled, lambda *parts: line_id(session_id, *parts)):
+                add(usage, entry)
+                if usage.call_event_id is not None:
+                    unbilled = None
     if not events:
         raise InvalidEventError("the file holds no OpenHands message, tool call or result")
-    first_model = next((r.model for r in responses.values() if r.model), None) or model
     started = SessionStarted(
         event_id=line_id(session_id, "session_started"),
         title=title,
@@ -356,45 +471,6 @@ def _artifact(entry: _Entry, args: dict[str, Any], event_id: str) -> ArtifactWri
     check_unicode(path, f"{entry.where}, args.path")
     with fields_of(f"{entry.where}, args"):
         return ArtifactWritten(event_id=event_id, name=path, content=text, tool_call_id=entry.call_id)
-
-
-def _usage(response: _Response, rid: str, model: str | None, event_id: str) -> UsageRecorded:
-    """The usage of one response, in turnlog's meaning (input tokens include the cached ones)."""
-    usage, where = response.usage, response.usage_where
-    if not isinstance(usage, dict):
-        raise InvalidEventError(f"{where}: must be an object, not {short_repr(usage)}")
-    for name in ("prompt_tokens", "completion_tokens"):
-        if name not in usage:
-            raise InvalidEventError(f"{where}: '{name}' is missing")
-    prompt = token_count(usage["prompt_tokens"], "prompt_tokens", where)
-    output = token_count(usage["completion_tokens"], "completion_tokens", where)
-    details = usage.get("prompt_tokens_details")
-    cached_name, cached = "prompt_tokens_details.cached_tokens", None
-    if isinstance(details, dict):
-        cached = details.get("cached_tokens")
-    if not cached:
-        cached_name, cached = "cache_read_input_tokens", usage.get("cache_read_input_tokens")
-    read = 0 if cached is None else token_count(cached, cached_name, where)
-    written_raw = usage.get("cache_creation_input_tokens")
-    written = 0 if written_raw is None else token_count(written_raw, "cache_creation_input_tokens", where)
-    if read + written > prompt:
-        prompt += read + written  # left out of prompt_tokens, as Anthropic counts them
-    completion = usage.get("completion_tokens_details")
-    reasoning_raw = completion.get("reasoning_tokens") if isinstance(completion, dict) else None
-    reasoning = 0 if reasoning_raw is None else token_count(reasoning_raw, "reasoning_tokens", where)
-    with fields_of(where):
-        return UsageRecorded(
-            event_id=event_id,
-            model=response.model or model or "unknown",
-            input_tokens=prompt,
-            output_tokens=output,
-            cache_read_tokens=read,
-            cache_write_tokens=written,
-            reasoning_tokens=reasoning,
-            response_id=rid,
-            call_event_id=response.message_id,
-            source=SOURCE,
-        )
 
 
 def _time(entry: _Entry) -> str | None:

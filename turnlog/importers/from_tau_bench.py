@@ -6,10 +6,20 @@ simulated ``user``, ``assistant`` with ``tool_calls``, ``tool`` results with ``t
 they become messages, tool calls and their paired ``tool_returned``. The entry's task id, trial,
 reward and ``info`` (the task and its reward details) go in the session's metadata. A results file
 records no token usage (tau-bench keeps only a cost it does not write), so none is imported: the
-usage of these sessions is unknown, not 0."""
+usage of these sessions is unknown, not 0.
+
+Session ids: ``tau-bench-DOMAIN-TASK-TRIAL-DIGEST``. Task ids restart at 0 in every domain and every
+run, so task and trial alone collide between the results of airline and retail, or of two runs. The
+domain is read from the agent's system prompt (tau-bench's policies open with ``# Airline Agent
+Policy`` / ``# Retail agent policy``; left out when it names none), and the digest is a hash of the
+entry itself: the same entry always maps to the same session — whatever the file is called, in
+whatever order tau-bench rewrote its entries, however many it has added since — and entries of
+different runs or domains never share one."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import PurePath
 from typing import Any
@@ -36,6 +46,9 @@ SOURCE = "tau-bench"
 
 _HEAD = re.compile(r'\A\s*\[\s*\{\s*"')
 
+# The heading tau-bench's domain policies (the agent's system prompt) open with.
+_POLICY = re.compile(r"\A\s*#\s*([A-Za-z][A-Za-z0-9_]*) agent policy\b", re.IGNORECASE)
+
 # tau-bench names a results file {agent strategy}-{model}-{temperature}_range_{start}-{end}_user-...
 _FILE_NAME = re.compile(
     r"\A(?:tool-calling|act|react|few-shot)-(?P<model>.+)-\d+(?:\.\d+)?_range_\d+-\d+_user-"
@@ -52,9 +65,10 @@ def looks_like_tau_bench(text_head: str) -> bool:
 def parse_tau_bench(
     text: str, *, session: str | None = None, model: str | None = None, name: str | None = None
 ) -> list[Conversation]:
-    """Read a tau-bench results file: one conversation per entry, session ``tau-bench-TASK-TRIAL``
-    (the same entry always maps to the same session). ``session`` replaces the ``tau-bench``
-    prefix (a file of one entry is session ``session`` itself). ``name`` is the path the file was
+    """Read a tau-bench results file: one conversation per entry, session
+    ``tau-bench-DOMAIN-TASK-TRIAL-DIGEST`` (see the module's docstring; the same entry always maps
+    to the same session). ``session`` names them ``SESSION-TASK-TRIAL`` instead (a file of one
+    entry is session ``session`` itself). ``name`` is the path the file was
     read from: tau-bench puts the agent's model in its name (``tool-calling-MODEL-0.0_range_...``);
     ``model`` given explicitly wins. Every entry is read and checked before any is returned."""
     document, where = load_document(text, name)
@@ -80,14 +94,31 @@ def parse_tau_bench(
                 "or under another --session"
             )
         seen[task, trial] = index
-        if session is not None and len(document) == 1:
-            session_id = session
+        if session is not None:
+            session_id = session if len(document) == 1 else f"{session}-{task}-{trial}"
         else:
-            session_id = f"{session or SOURCE}-{task}-{trial}"
+            session_id = _session_id(entry, task, trial)
         if not is_id(session_id):
             raise InvalidEventError(f"{position}: {short_repr(session_id)} cannot be a session id")
         conversations.append(_conversation(entry, f"{position} (session {session_id})", session_id, model))
     return conversations
+
+
+def _session_id(entry: dict[str, Any], task: str, trial: int) -> str:
+    """``tau-bench-DOMAIN-TASK-TRIAL-DIGEST``: the domain its system prompt names, and a hash of the
+    entry (canonical JSON, so a file rewritten with other spacing keeps its ids)."""
+    canonical = json.dumps(entry, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    domain = _domain(entry.get("traj"))
+    return "-".join(part for part in (SOURCE, domain, task, str(trial), digest) if part)
+
+
+def _domain(traj: Any) -> str | None:
+    """The domain whose policy the system prompt is (``airline``, ``retail``...), if it says."""
+    first = traj[0] if isinstance(traj, list) and traj else None
+    content = first.get("content") if isinstance(first, dict) and first.get("role") == "system" else None
+    match = _POLICY.match(content) if isinstance(content, str) else None
+    return match[1].lower() if match else None
 
 
 def _task_and_trial(entry: dict[str, Any], position: str) -> tuple[str, int]:
