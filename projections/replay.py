@@ -4,8 +4,11 @@ the previous call (added, capped, summarized, dropped)."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pydantic import ValidationError
 
 from turnlog.projections.context import PRIME_TOKENS, BuiltContext, ContextPolicy, build_context
 from turnlog.projections.formats import render
@@ -37,6 +40,8 @@ class ModelCall:
     source: Literal["manifest", "rebuilt"]
     """Read from a recorded ``context_built`` event, or rebuilt with the given policy."""
     total_tokens: int
+    budget: int
+    """The budget the context was built with: the recorded manifest's, or the given policy's."""
     entries: tuple[ManifestEntry, ...]
     added: list[str] = field(default_factory=list)
     """Events shown now and not on the previous call."""
@@ -47,7 +52,9 @@ class ModelCall:
     dropped: list[str] = field(default_factory=list)
     """Events shown on the previous call and not now (left out, or replaced by a summary)."""
     context: BuiltContext | None = None
-    """The rebuilt context (None when read from a manifest)."""
+    """The rebuilt context (None when read from a manifest: :func:`sent_context` rebuilds it)."""
+    manifest: ContextBuilt | None = None
+    """The recorded ``context_built`` event, for a call read from one."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +66,7 @@ class ModelCall:
             "billed_input": self.billed_input,
             "source": self.source,
             "total_tokens": self.total_tokens,
+            "budget": self.budget,
             "added": self.added,
             "capped": self.capped,
             "summarized": self.summarized,
@@ -115,19 +123,47 @@ def _call(
         built_event = manifest.event
         return ModelCall(number, built_event.at_position, manifest.session_id, run_id or built_event.run_id,
                          model or built_event.model, billed, "manifest", built_event.total_tokens,
-                         built_event.entries)  # fmt: skip
+                         built_event.budget, built_event.entries, manifest=built_event)  # fmt: skip
     if store.version_at(answer.session_id, at) == 0:
         # The answer is the session's first event: the model was sent nothing of it (a greeting
         # the agent opens with). That call is replayed with an empty context, not refused.
         built = _empty(store, answer.session_id, policy, at)
         return ModelCall(number, at, answer.session_id, run_id, model, billed, "rebuilt", built.total_tokens,
-                         built.entries, context=built)  # fmt: skip
+                         policy.budget, built.entries, context=built)  # fmt: skip
     try:
         built = build_context(store, answer.session_id, policy, at=at)
     except StoreError as exc:
         raise StoreError(f"call {number} (position {answer.position}): {exc}") from exc
     return ModelCall(number, at, answer.session_id, run_id, model, billed, "rebuilt", built.total_tokens,
-                     built.entries, context=built)  # fmt: skip
+                     policy.budget, built.entries, context=built)  # fmt: skip
+
+
+def sent_context(store: Store, call: ModelCall, fmt: str | None = None) -> BuiltContext | None:
+    """The messages ``call`` was sent, with their exact token counts. A rebuilt call has them
+    already. For a call read from a recorded manifest, the context is built again as of the
+    manifest's position with the manifest's own policy (and model, for a calibrated budget): a
+    projection gives the same result for the same events, and the rebuild is checked against the
+    manifest entry by entry (events, role, mode, tokens). None when it differs (a manifest written by
+    another version of the builder, or a policy this version cannot read): then only the manifest
+    says what was sent. ``fmt`` renders it in another format (``text`` for a terminal)."""
+    if call.manifest is None:
+        built = call.context
+    else:
+        try:
+            policy = ContextPolicy.model_validate(call.manifest.policy)
+        except ValidationError:
+            return None
+        try:
+            built = build_context(store, call.session_id, policy, at=call.manifest.at_position,
+                                  model=call.manifest.model)  # fmt: skip
+        except StoreError:
+            return None
+        if built.entries != call.manifest.entries or built.total_tokens != call.manifest.total_tokens:
+            return None
+    if built is not None and fmt is not None and fmt != built.policy.format:
+        built = copy.copy(built)  # the call's own context keeps its format
+        built.rendered = render(built.messages, fmt)
+    return built
 
 
 def _empty(store: Store, session_id: str, policy: ContextPolicy, at: int) -> BuiltContext:
