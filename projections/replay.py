@@ -75,16 +75,20 @@ class ModelCall:
         }
 
 
-def replay(store: Store, session_id: str, policy: ContextPolicy, at: int | None = None) -> list[ModelCall]:
+def replay(
+    store: Store, session_id: str, policy: ContextPolicy, at: int | None = None, *, only: int | None = None
+) -> list[ModelCall]:
     """The session's model calls up to position ``at``: each ``usage_recorded`` is a call (its
     context is as of just before the assistant message it answered with); a session without usage
-    records counts each assistant message as a call."""
+    records counts each assistant message as a call. ``only``: just call number ``only`` (empty when
+    there is none), with what changed since the call before it; no other context is built."""
     store.require_session(session_id)
     records = store.read_session(session_id)
     if at is not None:
         records = [r for r in records if r.position <= at]
     has_usage = any(isinstance(r.event, UsageRecorded) for r in records)
-    calls: list[ModelCall] = []
+    # First the calls' places (cheap), then the contexts of the calls asked for (a build each).
+    points: list[tuple[RecordedEvent, UsageRecorded | None, RecordedEvent | None]] = []
     answer: RecordedEvent | None = None  # the assistant message of the call in progress
     manifest: RecordedEvent | None = None  # a context_built recorded for it
     for record in records:
@@ -95,16 +99,19 @@ def replay(store: Store, session_id: str, policy: ContextPolicy, at: int | None 
             if has_usage:
                 answer = answer or record
             else:
-                calls.append(_call(store, len(calls) + 1, record, None, manifest, policy))
+                points.append((record, None, manifest))
                 manifest = None
         elif isinstance(event, UsageRecorded):
-            calls.append(_call(store, len(calls) + 1, answer or record, event, manifest, policy))
+            points.append((answer or record, event, manifest))
             answer = manifest = None
+    first = 1 if only is None else max(1, only - 1)
+    last = len(points) if only is None else min(only, len(points))
+    calls = [_call(store, n, *points[n - 1], policy) for n in range(first, last + 1)]
     previous: ModelCall | None = None
     for call in calls:
         _diff(previous, call)
         previous = call
-    return calls
+    return calls if only is None else [c for c in calls if c.number == only]
 
 
 def _call(

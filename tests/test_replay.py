@@ -188,3 +188,12 @@ def test_a_manifest_the_store_cannot_rebuild_shows_the_manifest_alone(tmp_path: 
     store.append("fix", [event, MessageAppended(role="assistant", content="Ok."), usage()])
     call = replay(store, "fix", POLICY)[-1]
     assert call.source == "manifest" and sent_context(store, call) is None
+
+
+def test_only_one_call_is_the_same_call_as_in_the_whole_replay() -> None:
+    store = sample()
+    every = replay(store, "fix", POLICY)
+    for call in every:
+        (alone,) = replay(store, "fix", POLICY, only=call.number)
+        assert alone.to_dict() == call.to_dict()
+    assert replay(store, "fix", POLICY, only=len(every) + 1) == []

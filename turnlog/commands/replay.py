@@ -60,18 +60,18 @@ def replay(
       turnlog replay chat-1 --call 3 --json
     """
     policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index)
+    if show_call is not None:
+        with ctx.read() as store:
+            # Only that call's context (and the one before, for what changed) is built.
+            found = replay_calls(store, session, policy, at=at, only=show_call)
+            if not found:
+                count = len(replay_calls(store, session, policy, at=at))
+                raise click.ClickException(f"{session} has {count} model calls; there is no call {show_call}")
+            built = sent_context(store, found[0], "openai" if as_json else "text")
+        _show_call(found[0], built, as_json)
+        return
     with ctx.read() as store:
         calls = replay_calls(store, session, policy, at=at)
-        if show_call is not None:
-            chosen = next((c for c in calls if c.number == show_call), None)
-            if chosen is None:
-                raise click.ClickException(
-                    f"{session} has {len(calls)} model calls; there is no call {show_call}"
-                )
-            built = sent_context(store, chosen, "openai" if as_json else "text")
-    if show_call is not None:
-        _show_call(chosen, built, as_json)
-        return
     if as_json:
         emit([c.to_dict() for c in calls], as_json=True)
         return
