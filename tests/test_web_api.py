@@ -15,6 +15,8 @@ from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from markupsafe import escape
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install 'turnlog[web]')")
@@ -365,3 +367,106 @@ def test_the_api_on_postgresql() -> None:
         assert "summary · level 0" in page and "password" not in page
     finally:
         drop_schema(schema)
+
+
+def test_a_long_timeline_is_paged_and_an_event_finds_its_page(tmp_path: Path) -> None:
+    from turnlog.store import ToolCall, ToolReturned
+    from turnlog.web import app
+
+    path = tmp_path / "long.db"
+    with SQLiteStore.open(path) as store:
+        for n in range(1100):
+            store.append("long", [MessageAppended(role="user", content=f"turn {n}", event_id=f"t-{n}")])
+        store.append(
+            "long",
+            [
+                MessageAppended(role="assistant", tool_calls=(ToolCall(id="c", name="ls"),), event_id="asks"),
+                ToolReturned(tool_call_id="c", content="a b", event_id="answer"),
+            ],
+        )
+    client = TestClient(create_app(str(path)))
+    first, second = client.get("/sessions/long").text, client.get("/sessions/long?page=2").text
+    assert app.TIMELINE_PAGE == 1000 and first.count('<li id="e-') == 1000 and "page 1 of 2" in first
+    assert 'id="e-t-999"' in first and 'id="e-t-1000"' not in first and "events 1–1000 of 1,101" in first
+    assert second.count('<li id="e-') == 101 and 'id="e-t-1000"' in second
+    assert 'id="e-t-1000"' in client.get("/sessions/long?event=t-1000").text
+    assert 'id="e-t-5"' in client.get("/sessions/long?event=t-5").text
+    assert 'id="e-answer"' in client.get("/sessions/long?event=answer").text  # a return: its call's page
+    assert client.get("/sessions/long?event=nope").status_code == 404
+    assert client.get("/sessions/long?page=3").status_code == 400
+
+
+def test_a_spend_page_lists_the_newest_calls_and_the_json_all(tmp_path: Path) -> None:
+    path = tmp_path / "calls.db"
+    with SQLiteStore.open(path) as store:
+        store.append(
+            "s", [UsageRecorded(model="gpt-4o", input_tokens=n, output_tokens=1) for n in range(510)]
+        )
+    client = TestClient(create_app(str(path)))
+    page = client.get("/sessions/s/spend").text
+    assert "the newest 500 of 510: the JSON has them all" in page and "(the newest 500 of 510 calls)" in page
+    per_call = page.split("<svg")[1]
+    assert per_call.count('<rect class="bar billed"') == 500 + 1  # the newest calls, and the legend
+    assert "<td>11</td>" in page and "<td>10</td>" not in page  # numbered as in the whole list
+    assert len(client.get("/api/sessions/s/spend").json()["calls"]) == 510
+
+
+# --- the command -----------------------------------------------------------------------------------
+
+SERVE = [sys.executable, "-c", "from turnlog.cli import main; main()"]
+
+
+def test_serve_prints_its_url_first_and_warns_when_not_on_loopback(store_path: Path) -> None:
+    import httpx
+
+    for host, warned in (("127.0.0.1", False), ("0.0.0.0", True)):
+        command = [*SERVE, "--db", str(store_path), "serve", "--host", host, "--port", "0", "--json"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            url = json.loads(process.stdout.readline())["url"]
+            assert url.startswith(f"http://{host}:") and url.endswith("/")
+            port = int(url.rsplit(":", 1)[1].rstrip("/"))
+            assert httpx.get(f"http://127.0.0.1:{port}/api/sessions", timeout=60).status_code == 200
+        finally:
+            process.terminate()
+            _, err = process.communicate(timeout=60)
+        assert ("warning: listening on 0.0.0.0, not on a loopback address" in err) is warned, err
+        assert "Traceback" not in err
+
+
+def test_serve_errors_are_one_line(tmp_path: Path, store_path: Path) -> None:
+    import socket
+
+    missing = subprocess.run([*SERVE, "--db", str(tmp_path / "none.db"), "serve", "--port", "0"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.startswith("Error: ") and len(missing.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "none.db").exists()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([*SERVE, "--db", str(store_path), "serve", "--port", str(port)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert busy.returncode == 1 and busy.stderr.strip() == (
+        f"Error: cannot listen on 127.0.0.1 port {port}: Address already in use"
+    )
+    bad = subprocess.run([*SERVE, "--db", str(store_path), "serve", "--host", "no such host", "--json"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "--host" in bad.stdout + bad.stderr and "Traceback" not in bad.stderr
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=80))
+def test_any_stored_text_is_shown_escaped(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "any.db"
+    with SQLiteStore.open(path) as store:
+        session = f"s-{store.head_position()}"
+        store.append(session, [MessageAppended(role="user", content=text)])
+    with TestClient(create_app(str(path))) as client:
+        page = client.get(f"/sessions/{session}").text
+        call = client.get(f"/api/sessions/{session}/events").json()
+    assert str(escape(text)) in page
+    assert text not in page or str(escape(text)) == text  # never the markup itself
+    assert call[0]["event"]["content"] == text

@@ -22,12 +22,17 @@ from starlette.templating import Jinja2Templates
 
 from turnlog import open_store
 from turnlog.output import describe
+from turnlog.projections.spend import CallSpend
 from turnlog.store import Store, StoreError, UnknownArtifactError, UnknownSessionError
 from turnlog.web import queries, svg
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 100
 """Sessions per page of the list: all of them on one page up to this many."""
+SPEND_CALLS = 500
+"""Billed calls a spend page draws and lists one by one: the newest this many (the JSON has all)."""
+TIMELINE_PAGE = 1000
+"""Events per page of a timeline: a session of up to this many is one page."""
 
 SECURITY_HEADERS = [
     (
@@ -112,9 +117,20 @@ def create_app(db: str) -> ASGIApp:
     def store() -> Store:
         return open_store(db, create=False, readonly=True)
 
+    listed: dict[int, list[queries.SessionRow]] = {}
+
+    def session_rows(s: Store) -> list[queries.SessionRow]:
+        # The rows are a function of the log up to its head, which only grows: one listing per head
+        # (pricing every billed call again on each visit is what a listing costs).
+        head = s.head_position()
+        if head not in listed:
+            listed.clear()
+            listed[head] = queries.session_rows(s)
+        return listed[head]
+
     def sessions_page(request: Request) -> Response:
         with store() as s:
-            rows = queries.session_rows(s)
+            rows = session_rows(s)
         query = request.query_params.get("q", "")
         found = queries.search(rows, query)
         pages = max(1, math.ceil(len(found) / PAGE_SIZE))
@@ -127,7 +143,18 @@ def create_app(db: str) -> ASGIApp:
         sid = request.path_params["sid"]
         with store() as s:
             view = queries.timeline(s, sid)
-        return page(request, "session.html", sid=sid, t=view)
+        pages = max(1, math.ceil(len(view.items) / TIMELINE_PAGE))
+        event = request.query_params.get("event")
+        if event is not None:  # the page that shows this event (links from a call's messages)
+            index = view.index_of(event)
+            if index is None:
+                raise HTTPException(404, f"session {sid!r} shows no event {event!r}")
+            number = index // TIMELINE_PAGE + 1
+        else:
+            number = _int_param(request, "page", 1, 1, pages)
+        shown = view.items[(number - 1) * TIMELINE_PAGE : number * TIMELINE_PAGE]
+        return page(request, "session.html", sid=sid, t=view, items=shown, page=number, pages=pages,
+                    first=(number - 1) * TIMELINE_PAGE)  # fmt: skip
 
     def call_page(request: Request) -> Response:
         sid, number = request.path_params["sid"], request.path_params["n"]
@@ -147,11 +174,14 @@ def create_app(db: str) -> ASGIApp:
             if sid is not None:
                 s.require_session(sid)
             data = queries.spend(s, sid)
-        return page(request, "spend.html", sid=sid, spend=data, charts=_charts(data))
+        recent = data.calls[-SPEND_CALLS:]
+        skipped = len(data.calls) - len(recent)
+        return page(request, "spend.html", sid=sid, spend=data, recent=recent, skipped=skipped,
+                    charts=_charts(data, recent))  # fmt: skip
 
     def api_sessions(request: Request) -> Response:
         with store() as s:
-            rows = queries.session_rows(s)
+            rows = session_rows(s)
         return _Json([r.to_dict() for r in queries.search(rows, request.query_params.get("q", ""))])
 
     def api_events(request: Request) -> Response:
@@ -231,11 +261,18 @@ def _label(db: str) -> str:
     return Path(db).name
 
 
-def _charts(data: queries.Spend) -> dict[str, Any]:
-    calls = [c for c in data.calls if c.category == "agent"]
-    labels = [f"#{i}" for i in range(1, len(calls) + 1)]
+def _charts(data: queries.Spend, recent: list[CallSpend]) -> dict[str, Any]:
+    first = len(data.calls) - len(recent) + 1
+    numbered = [(first + i, c) for i, c in enumerate(recent) if c.category == "agent"]
+    calls = [c for _, c in numbered]
+    labels = [f"#{n}" for n, _ in numbered]
     per_call = svg.bar_chart(
-        "Prompt tokens per call: billed vs turnlog's estimate",
+        "Prompt tokens per call: billed vs turnlog's estimate"
+        + (
+            f" (the newest {len(recent):,} of {len(data.calls):,} calls)"
+            if len(recent) < len(data.calls)
+            else ""
+        ),
         labels,
         [
             svg.Series("billed input", "billed", [c.input for c in calls]),

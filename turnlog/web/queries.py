@@ -141,6 +141,13 @@ class Timeline:
     artifacts: list[ArtifactInfo]
     summaries: list[SummaryInfo]
 
+    def index_of(self, event_id: str) -> int | None:
+        """Where the item showing ``event_id`` is (a tool return: its call's message), if any."""
+        for index, item in enumerate(self.items):
+            if item.record.event_id == event_id or any(r.event_id == event_id for r in item.returns.values()):
+                return index
+        return None
+
 
 def session_info(store: Store, session_id: str) -> SessionInfo:
     store.require_session(session_id)
