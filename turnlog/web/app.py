@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -45,6 +45,8 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
+
+_ERROR_TYPES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 500: "server_error"}
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -201,11 +203,14 @@ def create_app(db: str) -> ASGIApp:
             return _Json(queries.spend(s, sid).to_dict())
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        message = str(exc.detail) if isinstance(exc, HTTPException) else str(exc)
-        if isinstance(exc, HTTPException) and exc.status_code == 404:
+        if not isinstance(exc, HTTPException):  # an unknown session, call or artifact
+            return _error(request, 404, str(exc))
+        message = str(exc.detail)
+        if exc.detail == "Not Found":  # Starlette's own: no route
             message = f"nothing at {request.url.path}"
-        status = exc.status_code if isinstance(exc, HTTPException) else 404
-        return _error(request, status, message)
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed: the viewer only reads (GET and HEAD)"
+        return _error(request, exc.status_code, message, exc.headers)
 
     async def store_error(request: Request, exc: Exception) -> Response:
         return _error(request, 500, str(exc))
@@ -213,10 +218,15 @@ def create_app(db: str) -> ASGIApp:
     async def server_error(request: Request, exc: Exception) -> Response:
         return _error(request, 500, "the viewer failed on this page (the server's log has the details)")
 
-    def _error(request: Request, status: int, message: str) -> Response:
+    def _error(
+        request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        kind = _ERROR_TYPES.get(status, "error")
         if request.url.path.startswith("/api/"):
-            return _Json({"error": {"status": status, "message": message}}, status_code=status)
-        return page(request, "error.html", status=status, status_code=status, message=message)
+            body = {"error": {"type": kind, "status": status, "message": message}}
+            return _Json(body, status_code=status, headers=headers)
+        context = {"db": _label(db), "status_code": status, "message": message}
+        return templates.TemplateResponse(request, "error.html", context, status_code=status, headers=headers)
 
     routes = [
         Route("/", sessions_page),
