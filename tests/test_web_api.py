@@ -479,3 +479,22 @@ def test_any_stored_text_is_shown_escaped(tmp_path: Path, text: str) -> None:
     shown = re.search(r'<pre class="content">(.*?)</pre>', item, re.DOTALL)
     assert shown is not None and shown.group(1) == str(escape(text))  # the text, and no markup
     assert events[0]["event"]["content"] == text
+
+
+def test_session_ids_with_slashes_and_url_characters(tmp_path: Path) -> None:
+    ids = ["a/b", "100%", "q?x=1", "h#1", "ü/é", "x/calls/1", "a/spend", "a/artifacts/x"]
+    path = tmp_path / "ids.db"
+    with SQLiteStore.open(path) as store:
+        for sid in ids:
+            store.append(sid, [MessageAppended(role="user", content=f"said in {sid}"),
+                               UsageRecorded(model="gpt-4o", input_tokens=5, output_tokens=1)])  # fmt: skip
+    client = TestClient(create_app(str(path)))
+    listing = client.get("/").text
+    for sid in ids:
+        assert f'href="/sessions/{url(sid)}"' in listing
+        timeline = client.get(f"/sessions/{url(sid)}")
+        assert timeline.status_code == 200 and str(escape(f"said in {sid}")) in timeline.text, sid
+        assert client.get(f"/sessions/{url(sid)}/calls/1").status_code == 200, sid
+        assert client.get(f"/sessions/{url(sid)}/spend").status_code == 200, sid
+        assert client.get(f"/api/sessions/{url(sid)}/events").json()[0]["session_id"] == sid
+    assert client.get("/sessions/nope/spend").status_code == 404

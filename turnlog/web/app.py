@@ -181,6 +181,23 @@ def create_app(db: str) -> ASGIApp:
         return page(request, "spend.html", sid=sid, spend=data, recent=recent, skipped=skipped,
                     charts=_charts(data, recent))  # fmt: skip
 
+    def or_timeline(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """A sub-page of a session, or, when no session has the id it parsed, the timeline of a
+        session whose id only looks like one (``a/spend``: an id may hold slashes)."""
+
+        def endpoint(request: Request) -> Response:
+            try:
+                return handler(request)
+            except UnknownSessionError:
+                whole = request.scope["path"].removeprefix("/sessions/")
+                with store() as s:
+                    if s.head_version(whole) == 0:
+                        raise
+                request.scope["path_params"] = {"sid": whole}
+                return session_page(request)
+
+        return endpoint
+
     def api_sessions(request: Request) -> Response:
         with store() as s:
             rows = session_rows(s)
@@ -231,9 +248,9 @@ def create_app(db: str) -> ASGIApp:
     routes = [
         Route("/", sessions_page),
         Route("/spend", spend_page),
-        Route("/sessions/{sid:path}/calls/{n:int}", call_page),
-        Route("/sessions/{sid:path}/artifacts/{aid}", artifact_page),
-        Route("/sessions/{sid:path}/spend", spend_page),
+        Route("/sessions/{sid:path}/calls/{n:int}", or_timeline(call_page)),
+        Route("/sessions/{sid:path}/artifacts/{aid}", or_timeline(artifact_page)),
+        Route("/sessions/{sid:path}/spend", or_timeline(spend_page)),
         Route("/sessions/{sid:path}", session_page),
         Route("/api/sessions", api_sessions),
         Route("/api/spend", api_spend),
