@@ -149,11 +149,6 @@ class Timeline:
         return None
 
 
-def session_info(store: Store, session_id: str) -> SessionInfo:
-    store.require_session(session_id)
-    return next(i for i in list_sessions(store) if i.session_id == session_id)
-
-
 def timeline(store: Store, session_id: str) -> Timeline:
     """The session's events with tool calls paired to their returns, the model calls numbered as
     replay numbers them, todo updates as changes, artifacts and summaries with their projections'
