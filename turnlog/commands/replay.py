@@ -17,8 +17,8 @@ from turnlog.output import (
     table,
     tokens_range,
 )
-from turnlog.projections.context import ContextPolicy
-from turnlog.projections.formats import render
+from turnlog.projections.context import BuiltContext, ContextPolicy
+from turnlog.projections.replay import ModelCall, sent_context
 from turnlog.projections.replay import replay as replay_calls
 
 
@@ -60,33 +60,18 @@ def replay(
       turnlog replay chat-1 --call 3 --json
     """
     policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index)
+    if show_call is not None:
+        with ctx.read() as store:
+            # Only that call's context (and the one before, for what changed) is built.
+            found = replay_calls(store, session, policy, at=at, only=show_call)
+            if not found:
+                count = len(replay_calls(store, session, policy, at=at))
+                raise click.ClickException(f"{session} has {count} model calls; there is no call {show_call}")
+            built = sent_context(store, found[0], "openai" if as_json else "text")
+        _show_call(found[0], built, as_json)
+        return
     with ctx.read() as store:
         calls = replay_calls(store, session, policy, at=at)
-    if show_call is not None:
-        chosen = next((c for c in calls if c.number == show_call), None)
-        if chosen is None:
-            raise click.ClickException(
-                f"{session} has {len(calls)} model calls; there is no call {show_call}"
-            )
-        if as_json:
-            data = chosen.to_dict()
-            if chosen.context is not None:
-                data["messages"] = render(chosen.context.messages, "openai")
-            emit(data, as_json=True)
-        elif chosen.context is not None:
-            echo(f"call {chosen.number}: context as of position {chosen.at_position}, ", nl=False)
-            echo(f"{chosen.total_tokens:,} tokens\n")
-            echo(chosen.context.rendered)
-        else:
-            manifest = {
-                "entries": [e.model_dump() for e in chosen.entries],
-                "total_tokens": chosen.total_tokens,
-                "budget": budget,
-                "tokenizer": "recorded manifest",
-                "omitted_messages": 0,
-            }
-            echo(f"call {chosen.number}: from its recorded manifest\n" + _manifest_table(manifest))
-        return
     if as_json:
         emit([c.to_dict() for c in calls], as_json=True)
         return
@@ -107,3 +92,35 @@ def replay(
     ]
     columns = ["call", "at", "run", "from", "tokens", "billed", "added", "capped", "summarized", "dropped"]
     emit(rows, as_json=False, text=table(rows, columns) if rows else f"{session} has no model calls yet")
+
+
+def _show_call(call: ModelCall, built: BuiltContext | None, as_json: bool) -> None:
+    """One call: the messages it was sent (rebuilt from its manifest when it has one), and for a
+    recorded call the manifest's table, under a header with the budget the call was built with."""
+    if as_json:
+        data = call.to_dict()
+        if built is not None:
+            data["messages"] = built.rendered
+        emit(data, as_json=True)
+        return
+    origin = "from its recorded manifest" if call.source == "manifest" else "rebuilt with the given policy"
+    echo(
+        f"call {call.number}: context as of position {call.at_position}, "
+        f"{call.total_tokens:,} of {call.budget:,} tokens ({origin})\n"
+    )
+    if built is not None:
+        echo(built.rendered)
+    if call.manifest is not None:
+        if built is None:
+            echo(
+                "(its messages cannot be rebuilt exactly from this store: "
+                "the manifest alone says what was sent)"
+            )
+        manifest = {
+            "entries": [e.model_dump() for e in call.entries],
+            "total_tokens": call.total_tokens,
+            "budget": call.budget,
+            "tokenizer": call.manifest.tokenizer,
+            "omitted_messages": built.omitted_messages if built is not None else None,
+        }
+        echo("\n" + _manifest_table(manifest))
