@@ -49,8 +49,8 @@ def test_every_block_not_run_says_why() -> None:
     not_run = [(b.name, b.not_run) for b in BLOCKS if b.not_run is not None]
     print("\n".join(f"not run: {name}: {reason}" for name, reason in not_run))
     assert [name for name, reason in not_run if not reason] == []
-    # The README keeps its few exceptions few.
-    assert len(not_run) <= 8, not_run
+    # The exceptions stay few (servers, PostgreSQL, fragments of the reader's own code).
+    assert len(not_run) <= 12, not_run
 
 
 def test_the_readme_has_examples_of_both_kinds() -> None:
