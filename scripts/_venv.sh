@@ -11,8 +11,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.turnlog-installed-$1"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing turnlog (editable) with the '$1' extras into .venv; the first run takes a minute or two" >&2
+    case "$1" in
+        all) expect="several minutes: every extra, the frameworks and the benchmark peers included" ;;
+        *) expect="about a minute" ;;
+    esac
+    # pip runs quietly (its own output is pages of "Requirement already satisfied"): say what it does
+    # and how long it took instead, so a first run is never a silent wait.
+    echo "setup: installing turnlog (editable) with the '$1' extras into .venv with pip; the first time takes $expect" >&2
+    started=$SECONDS
     .venv/bin/python -m pip install -qq --disable-pip-version-check -e ".[$1]" >&2
     touch "$stamp"
-    echo "setup: done" >&2
+    echo "setup: done in $((SECONDS - started)) s" >&2
 fi

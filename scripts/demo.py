@@ -5,7 +5,6 @@ runs the real `turnlog` command and prints it first."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -18,18 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TURNLOG = str(Path(sys.executable).parent / "turnlog")
 
 
-LINT = "\n".join(
-    [
-        f"invoice/reports/yearly.py:{n}:80: E501 line too long ({80 + n % 40} > 79 characters)"
-        for n in range(60)
-    ]
-    + ["invoice/money.py:12:5: F841 local variable 'cents' is assigned to but never used"]
-)
-FINISH_RUN_3 = [
-    {"type": "tool_returned", "tool_call_id": "call_07", "tool_name": "run_linter", "content": LINT},
-    {"type": "message_appended", "role": "assistant", "content": "Lint is clean apart from long lines."},
-    {"type": "run_finished", "run_id": "run-3"},
-]
+# The open run's end: the linter's long output, the answer, run_finished (the README appends it too).
+FINISH_RUN_3 = ROOT / "scripts" / "data" / "finish_run_3.jsonl"
 
 
 def step(title: str, *args: str, stdin: str | None = None) -> None:
@@ -102,14 +91,12 @@ def main() -> None:
         "--tool-output-mode",
         "run_linter=auto",
     )
-    finish = Path(os.environ["TURNLOG_DB"]).with_name("finish-run-3.json")
-    finish.write_text(json.dumps(FINISH_RUN_3), encoding="utf-8")
     step(
         "The open run ends: the linter's 1,400-token output, the answer, run_finished",
         "append",
         "fix-rounding",
         "--file",
-        str(finish),
+        str(FINISH_RUN_3),
     )
     step("What the policy appended after that commit", "log", "fix-rounding", "--from-version", "42")
     step(

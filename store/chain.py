@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from turnlog.store import determinism
 from turnlog.store.base import RecordedEvent
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ INSERT_COLUMNS = (
 
 def new_salt() -> str:
     """A store's salt: 32 random bytes, as hex (turnlog_meta ``salt``)."""
+    if determinism.active():
+        return determinism.salt()
     return secrets.token_hex(32)
 
 
@@ -252,6 +255,8 @@ def now() -> str:
     """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
     date-and-seconds part formatted once a second (this runs once per append)."""
     global _second
+    if determinism.active():
+        return determinism.now()
     micros = time.time_ns() // 1000
     seconds, fraction = divmod(micros, 1_000_000)
     second, text = _second

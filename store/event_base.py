@@ -9,6 +9,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from turnlog.store import determinism
+
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^\S+$")]
 """An id chosen by a caller or a provider: 1 to 200 characters, no whitespace."""
 
@@ -28,6 +30,8 @@ if hasattr(os, "register_at_fork"):
 def new_event_id() -> str:
     """A fresh random event id: a version 4 UUID in hex, like ``uuid.uuid4().hex``. Keep the event
     object (or its id) to retry an append idempotently."""
+    if determinism.active():
+        return determinism.event_id()
     return f"{_ids.getrandbits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 

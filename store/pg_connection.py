@@ -10,7 +10,6 @@ import logging
 import re
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Self
@@ -20,6 +19,7 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from turnlog.store import determinism
 from turnlog.store.append_rules import Segments, event_tokens
 from turnlog.store.base import EventStore
 from turnlog.store.chain import now
@@ -303,7 +303,7 @@ def _migrate(conn: Connection, where: str, schema: str, tokenizer: str, create: 
             conn.execute(
                 "INSERT INTO turnlog_meta (key, value) VALUES ('tokenizer', %s), ('created_at', %s), "
                 "('store_id', %s)",
-                (tokenizer, now(), uuid.uuid4().hex),
+                (tokenizer, now(), determinism.token_hex(16)),
             )
             recorded = tokenizer
         else:

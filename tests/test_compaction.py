@@ -92,6 +92,9 @@ def test_compaction_waits_for_the_open_run_by_default() -> None:
     store = sample_store()
     result = compact(store, "fix", ContextPolicy(budget=1200, max_tool_tokens=200))
     assert result.steps == [] and "run-3" in result.reason
+    # Over budget because of the open run: that is the reason given (it was empty, and the CLI's
+    # warning read "budget of 1,200: ; keep fewer messages raw").
+    assert not result.met and result.over_budget == result.reason
 
 
 def test_dry_run_writes_nothing() -> None:

@@ -146,7 +146,7 @@ def compact(
     running = open_run(store, session_id)
     if running is not None and not options.allow_open_run:
         result.reason = f"run {running!r} is still open: compaction waits until it has finished"
-        return result
+        return _explained(result, options)
     steps, planned = _plan(blocks, policy.budget * options.trigger, options)
     result.steps = steps
     if not steps:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from turnlog.store import (
     Store,
     ToolReturned,
     UsageRecorded,
+    determinism,
 )
 
 ExportFormat = Literal["jsonl", "openai", "anthropic"]
@@ -199,7 +199,7 @@ def _write_atomically(path: Path, chunks: Iterable[str]) -> int:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         mode = None
-    temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    temp = path.parent / f".{path.name}.{determinism.token_hex(6)}.tmp"
     # os.open applies the umask to 0o666, as creating the file directly would (mkstemp makes 0600).
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:

@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
@@ -51,6 +50,7 @@ from turnlog.store import (
     ToolReturned,
     UsageRecorded,
     VersionConflictError,
+    determinism,
 )
 from turnlog.store.events import describe_validation_error
 
@@ -247,7 +247,7 @@ class SessionRecorder:
         other non-Exception exits); the exception is re-raised. Yields the run id."""
         if self.run_id is not None:
             raise InvalidEventError(f"run {self.run_id!r} is still open: runs do not nest")
-        run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        run_id = run_id or f"run-{determinism.token_hex(6)}"
         self.append(_build(RunStarted, {"run_id": run_id}))
         self.run_id = run_id
         status = "completed"
@@ -413,7 +413,7 @@ def _tool_call(call: ToolCallInput) -> ToolCall:
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
     fields = {
-        "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+        "id": call.get("id") or f"call_{determinism.token_hex(12)}",
         "name": call.get("name"),
         "arguments": arguments,
     }

@@ -184,10 +184,14 @@ def compact_(
     emit(data, as_json=as_json, text=text)
     if not result.met:
         over = result.after_tokens - budget
+        advice = (
+            "--during-run compacts it now"
+            if not steps and result.reason.startswith("run ")
+            else "keep fewer messages raw (--keep-last), unpin some, or raise the budget"
+        )
         echo(
             f"warning: over budget: the context {'would still need' if dry_run else 'still needs'} {after} "
-            f"tokens, {over:,} more than the budget of {budget:,}: {result.over_budget}; keep fewer "
-            "messages raw (--keep-last), unpin some, or raise the budget",
+            f"tokens, {over:,} more than the budget of {budget:,}: {result.over_budget}; {advice}",
             err=True,
         )
         if not allow_over_budget:

@@ -7,7 +7,6 @@ import dataclasses
 import hashlib
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from turnlog.store import (
     ToolReturned,
     UnknownArtifactError,
     UnknownEventError,
+    determinism,
 )
 from turnlog.tool import errors
 from turnlog.tool.cards import TOOL_NAME
@@ -153,7 +153,7 @@ def invoke(
     if result.is_error:
         return result
     elif record:
-        call_id = f"turnlog_{uuid.uuid4().hex[:24]}"
+        call_id = f"turnlog_{determinism.token_hex(12)}"
         batch = [
             MessageAppended(
                 role="assistant",
