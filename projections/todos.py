@@ -30,7 +30,9 @@ TodoInput = str | Mapping[str, Any] | TodoItem
 
 _FIELDS = ("content", "status", "id")
 _IDENTIFIER = re.compile(r"\S{1,200}")
-_ITEMS: TypeAdapter[tuple[TodoItem, ...]] = TypeAdapter(tuple[TodoItem, ...], config=ConfigDict(defer_build=True))
+_ITEMS: TypeAdapter[tuple[TodoItem, ...]] = TypeAdapter(
+    tuple[TodoItem, ...], config=ConfigDict(defer_build=True)
+)
 _MAX_PROBLEMS = 10
 
 
