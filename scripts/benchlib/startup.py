@@ -78,34 +78,45 @@ def small_store(folder: Path, env: dict[str, str]) -> Path:
 
 
 def run(quick: bool, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Each command's median and its ratio to ``python -c pass``."""
+    """Each command's median and its ratio to ``python -c pass``. The runs are interleaved (one of
+    each command per round, the baseline included), so a load that comes and goes during the
+    measurement weighs on every command alike."""
     runs, warmup = (5, 2) if quick else (21, 3)
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="turnlog-startup-") as folder:
         store = small_store(Path(folder), env)
-        log(f"startup: python -c pass, {runs} runs after {warmup} warm-up runs")
-        baseline, baseline_cpu = median_runs([sys.executable, "-c", "pass"], env, runs=runs, warmup=warmup)
-        results: dict[str, Any] = {
-            "baseline_s": baseline,
-            "baseline_cpu_s": baseline_cpu,
-            "runs": runs,
-            "warmup": warmup,
-            "load": os.getloadavg()[0],
-            "commands": {},
-        }
-        for name, (args, target) in COMMANDS.items():
-            log(f"startup: {name}")
-            seconds, cpu = median_runs(
-                [sys.executable, "-c", ENTRY, "--db", str(store), *args], env, runs=runs, warmup=warmup
-            )
-            results["commands"][name] = {
-                "seconds": seconds,
-                "ratio": seconds / baseline,
-                "cpu_ratio": cpu / baseline_cpu,
+        argvs = {"python -c pass": [sys.executable, "-c", "pass"]}
+        for name, (args, _) in COMMANDS.items():
+            argvs[name] = [sys.executable, "-c", ENTRY, "--db", str(store), *args]
+        log(f"startup: {len(argvs)} commands, {runs} interleaved rounds after {warmup} warm-up rounds")
+        load = os.getloadavg()[0]
+        for _ in range(warmup):
+            for argv in argvs.values():
+                _time_once(argv, env)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in argvs}
+        for _ in range(runs):
+            for name, argv in argvs.items():
+                times[name].append(_time_once(argv, env))
+    wall = {name: statistics.median(t[0] for t in got) for name, got in times.items()}
+    cpu = {name: statistics.median(t[1] for t in got) for name, got in times.items()}
+    baseline, baseline_cpu = wall.pop("python -c pass"), cpu.pop("python -c pass")
+    return {
+        "baseline_s": baseline,
+        "baseline_cpu_s": baseline_cpu,
+        "runs": runs,
+        "warmup": warmup,
+        "load": load,
+        "commands": {
+            name: {
+                "seconds": wall[name],
+                "ratio": wall[name] / baseline,
+                "cpu_ratio": cpu[name] / baseline_cpu,
                 "target": target,
             }
-    return results
+            for name, (_, target) in COMMANDS.items()
+        },
+    }
 
 
 def render(result: dict[str, Any], command: str) -> str:
@@ -113,7 +124,8 @@ def render(result: dict[str, Any], command: str) -> str:
         HEADING,
         "",
         f"Measured by `{command}`: each command run {result['runs']} times after {result['warmup']} "
-        "warm-up runs (bytecode cached), the median wall time, as a multiple of a bare `python -c "
+        "warm-up runs (bytecode cached; the commands and the baseline take turns, round after round), "
+        "the median wall time, as a multiple of a bare `python -c "
         f"pass` measured the same way ({result['baseline_s'] * 1000:.1f} ms on this machine; load "
         f"average {result['load']:.1f} at the start). The CPU column is the same ratio of CPU time (user "
         "+ system), which a busy machine disturbs less. The store holds two sessions of ten messages.",
