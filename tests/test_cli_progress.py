@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -91,3 +92,26 @@ def test_import_and_copy_bars(tmp_path: Path, flag: str) -> None:
     assert piped.returncode == 0 and piped.stderr == ""
     code, out, terminal = run_with_tty_stderr("copy", str(source), str(tmp_path / f"e{flag}.db"), flag)
     assert code == 0 and terminal == ""
+
+
+def test_compact_draws_a_bar_per_summary(tmp_path: Path) -> None:
+    db = tmp_path / "long.db"
+    with open_store(db) as store:
+        store.append(
+            "s",
+            [
+                MessageAppended(
+                    role="user" if i % 2 == 0 else "assistant", content=f"message {i} " + "word " * 300
+                )
+                for i in range(80)
+            ],
+        )
+    code, out, terminal = run_with_tty_stderr(
+        "--db", str(db), "compact", "s", "--budget", "2000", "--keep-last", "2"
+    )
+    assert code == 0, out
+    assert "summarizing" in terminal and re.search(r"\D([2-9]|\d\d+)/\1\D", terminal), terminal
+    piped = run_piped(
+        "--db", str(tmp_path / "long.db"), "compact", "s", "--budget", "1000", "--keep-last", "2"
+    )
+    assert piped.stderr == ""

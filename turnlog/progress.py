@@ -1,6 +1,6 @@
 """The command line's one progress bar (rich), on standard error and only when it is a terminal:
-import, export's siblings copy and rebuild, and compact. Piped or redirected, nothing is drawn, so
-scripts read clean output; rich is imported only when a bar is drawn."""
+import, copy, rebuild and compact. Piped or redirected, nothing is drawn, so scripts read clean
+output; rich is imported only when a bar is drawn."""
 
 from __future__ import annotations
 
