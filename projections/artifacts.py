@@ -29,9 +29,9 @@ from turnlog.store import (
     Tokenizer,
     ToolReturned,
     UnknownArtifactError,
-    load_tokenizer,
 )
 from turnlog.store.dialect import Connection, dialect_of
+from turnlog.store.tokenizer import DEFAULT_ENCODING, lazy_tokenizer
 
 ABSTRACT_CHARS = 120
 """Characters of content (whitespace collapsed) kept as an artifact's abstract."""
@@ -316,7 +316,7 @@ def _caught_up(store: Store) -> None:
 def _store_tokenizer(conn: Connection) -> Tokenizer:
     """The tokenizer the store records (projections get a connection, not the store)."""
     row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokenizer'").fetchone()
-    return load_tokenizer(row[0]) if row else load_tokenizer()
+    return lazy_tokenizer(row[0] if row else DEFAULT_ENCODING)
 
 
 def _info(row: tuple[Any, ...]) -> ArtifactInfo:

@@ -38,7 +38,7 @@ class ContextBudgetError(StoreError):
 class ContextPolicy(BaseModel):
     """How a context is built."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     budget: int = Field(ge=1)
     """Prompt tokens, everything included (messages, chat-format overhead, notices)."""

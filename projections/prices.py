@@ -79,7 +79,7 @@ Price = Annotated[float, Field(ge=0)]
 class ModelPrice(BaseModel):
     """What one model costs, in USD per million tokens."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
 
     input: Price
     """Uncached prompt tokens."""
@@ -104,7 +104,7 @@ class ModelPrice(BaseModel):
 class PriceTable(BaseModel):
     """Prices per model from a file of one's own, with the date they were taken and where from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
 
     date: Annotated[str, StringConstraints(min_length=1)]
     """When the prices were taken (they change: check them before relying on them)."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from turnlog.projections.artifacts import InvalidArgumentError
 from turnlog.projections.live_index import live_condition
@@ -30,7 +30,9 @@ TodoInput = str | Mapping[str, Any] | TodoItem
 
 _FIELDS = ("content", "status", "id")
 _IDENTIFIER = re.compile(r"\S{1,200}")
-_ITEMS: TypeAdapter[tuple[TodoItem, ...]] = TypeAdapter(tuple[TodoItem, ...])
+_ITEMS: TypeAdapter[tuple[TodoItem, ...]] = TypeAdapter(
+    tuple[TodoItem, ...], config=ConfigDict(defer_build=True)
+)
 _MAX_PROBLEMS = 10
 
 

@@ -39,7 +39,7 @@ class ValueModel(BaseModel):
     """Base of every stored model: frozen, no unknown fields, no inf or nan."""
 
     # allow_inf_nan=False: JSON cannot hold inf or nan, and they would silently be stored as null.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 class EventModel(ValueModel):

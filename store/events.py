@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import (
     AfterValidator,
@@ -398,7 +398,29 @@ Event: TypeAlias = Annotated[
 ]
 """Any event of the log."""
 
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+class _LazyAdapter:
+    """``TypeAdapter(Event)``, made on first use: building the validator of the whole union costs a
+    tenth of a second, which a command that decodes no event (or only a few types, each through
+    its own class) never pays."""
+
+    _adapter: TypeAdapter[Event] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        adapter = _LazyAdapter._adapter
+        if adapter is None:
+            # Each class is built on its own first, with its own config, as when it is validated
+            # directly: a deferred model built inside the union's adapter would take the adapter's
+            # defaults (it accepted inf in a JSON field).
+            for cls in EVENT_CLASSES.values():
+                if not cls.__pydantic_complete__:
+                    cls.model_rebuild()
+            adapter = _LazyAdapter._adapter = TypeAdapter(Event)
+        return getattr(adapter, name)
+
+
+EVENT_ADAPTER: TypeAdapter[Event] = cast("TypeAdapter[Event]", _LazyAdapter())
+"""Validates any event (a dict or JSON) into its class, by its ``type``."""
 
 EVENT_CLASSES: dict[str, type[EventModel]] = {
     cls.model_fields["type"].default: cls

@@ -29,7 +29,7 @@ from turnlog.store.events import Event
 from turnlog.store.pg_chain import PgRelink
 from turnlog.store.pg_schema import MIGRATIONS
 from turnlog.store.schema import pending
-from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, lazy_tokenizer, load_tokenizer
 
 # The pool logs a warning for each broken connection it discards: the StoreError the caller gets says
 # it already, in one line. Without a handler of the application's, these would go to stderr.
@@ -141,7 +141,7 @@ class PostgresBase(EventStore):
                 f"{where} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
                 f"would not match. Open it with tokenizer={recorded!r} (or none), or use a new schema"
             )
-        loaded = load_tokenizer(recorded)
+        loaded = lazy_tokenizer(recorded)
         pool: ConnectionPool[Connection] = ConnectionPool(
             url,
             kwargs=kwargs,

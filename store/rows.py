@@ -247,8 +247,23 @@ def origin_item(row: Sequence[Any]) -> OriginItem:
 
 
 # Rows at their type's current schema version go straight to that class's validator (no union
-# dispatch, no upcasting).
-_VALIDATORS = {name: cls.__pydantic_validator__ for name, cls in EVENT_CLASSES.items()}
+# dispatch, no upcasting). The event models are built on first use (defer_build), so a command
+# reading a few types builds only theirs: each validator is looked up once its class is complete.
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(etype: str) -> Any:
+    found = _VALIDATORS.get(etype)
+    if found is None:
+        cls = EVENT_CLASSES.get(etype)
+        if cls is None:
+            return None
+        if not cls.__pydantic_complete__:
+            cls.model_rebuild()
+        found = _VALIDATORS[etype] = cls.__pydantic_validator__
+    return found
+
+
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
 
 
@@ -259,7 +274,7 @@ def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEven
     (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
     context = STORED if trusted else None
     try:
-        validator = _VALIDATORS.get(etype)
+        validator = _validator(etype)
         if validator is not None and CURRENT_VERSIONS[etype] == sv and payload[:1] == "{":
             if blob_id is None:
                 # The common case, parsed and validated in one pass by pydantic's JSON parser: the

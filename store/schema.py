@@ -218,6 +218,59 @@ MIGRATIONS += (
     ),
 )
 
+# Migration 5: read-only SQL views that show the log as text (for Datasette, or any SQL client):
+# payloads are JSON text and large contents sit in blobs, so a browser showed JSON and <Binary>.
+# Views are no events: the log and its immutability triggers are untouched. Content kept in a blob
+# shows as text while raw (under 32 KB); a compressed one (zstd) shows NULL, with its blob id.
+_CONTENT = (
+    "coalesce(json_extract(e.payload, '$.content'), CASE b.codec WHEN 'raw' THEN CAST(b.data AS TEXT) END)"
+)
+VIEWS: dict[str, str] = {
+    "messages": f"""CREATE VIEW messages AS
+SELECT e.position, e.session_id AS session, e.version, json_extract(e.payload, '$.role') AS role,
+    {_CONTENT} AS text, json_extract(e.payload, '$.name') AS name,
+    json_array_length(e.payload, '$.tool_calls') AS tool_calls, e.tokens, e.recorded_at, e.event_id
+FROM events e LEFT JOIN blobs b ON b.id = e.blob_id
+WHERE e.type = 'message_appended'""",
+    "tool_returns": f"""CREATE VIEW tool_returns AS
+SELECT e.position, e.session_id AS session, e.version,
+    json_extract(e.payload, '$.tool_call_id') AS tool_call_id,
+    json_extract(e.payload, '$.tool_name') AS tool_name,
+    coalesce(json_extract(e.payload, '$.is_error'), 0) AS is_error, {_CONTENT} AS text,
+    coalesce(b.size, length(CAST(json_extract(e.payload, '$.content') AS BLOB))) AS bytes,
+    e.blob_id, e.tokens, e.recorded_at, e.event_id
+FROM events e LEFT JOIN blobs b ON b.id = e.blob_id
+WHERE e.type = 'tool_returned'""",
+    "tool_calls": """CREATE VIEW tool_calls AS
+SELECT e.position, e.session_id AS session, e.version, json_extract(c.value, '$.id') AS tool_call_id,
+    json_extract(c.value, '$.name') AS tool_name, json_extract(c.value, '$.arguments') AS arguments,
+    r.position AS return_position, r.is_error, r.text AS output, r.bytes AS output_bytes,
+    e.recorded_at, e.event_id
+FROM events e JOIN json_each(e.payload, '$.tool_calls') c
+LEFT JOIN tool_returns r ON r.session = e.session_id AND r.tool_call_id = json_extract(c.value, '$.id')
+WHERE e.type = 'message_appended' AND json_type(e.payload, '$.tool_calls') = 'array'""",
+    "usage": """CREATE VIEW usage AS
+SELECT e.position, e.session_id AS session, e.version, json_extract(e.payload, '$.model') AS model,
+    json_extract(e.payload, '$.input_tokens') AS input_tokens,
+    json_extract(e.payload, '$.output_tokens') AS output_tokens,
+    coalesce(json_extract(e.payload, '$.cache_read_tokens'), 0) AS cache_read_tokens,
+    coalesce(json_extract(e.payload, '$.cache_write_tokens'), 0) AS cache_write_tokens,
+    coalesce(json_extract(e.payload, '$.reasoning_tokens'), 0) AS reasoning_tokens,
+    json_extract(e.payload, '$.cost_usd') AS cost_usd,
+    coalesce(json_extract(e.payload, '$.scope'), 'call') AS scope,
+    json_extract(e.payload, '$.calls') AS calls, json_extract(e.payload, '$.run_id') AS run_id,
+    json_extract(e.payload, '$.call_event_id') AS call_event_id,
+    json_extract(e.payload, '$.source') AS source, substr(e.recorded_at, 1, 10) AS day, e.recorded_at,
+    e.event_id
+FROM events e
+WHERE e.type = 'usage_recorded'""",
+}
+"""Every view of a current store, by name, exactly as created (released: never edited)."""
+
+MIGRATIONS += (
+    Migration(5, "views showing the log as text", "".join(f"\n{sql};\n" for sql in VIEWS.values())),
+)
+
 LATEST_VERSION = MIGRATIONS[-1].version
 
 

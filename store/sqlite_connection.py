@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, Self
 
-import sqlite_utils
-
 from turnlog.store.base import RecordedEvent, Store
 from turnlog.store.chain import now
 from turnlog.store.chain_migration import Update, V1Row, relink
@@ -21,7 +19,7 @@ from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError
 from turnlog.store.readonly import check_store_file, connect_readonly, remove_scratch, schema_for_reading
 from turnlog.store.rows import sqlite_hash_at
 from turnlog.store.schema import MIGRATIONS, pending
-from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, load_tokenizer
+from turnlog.store.tokenizer import DEFAULT_ENCODING, Tokenizer, lazy_tokenizer, load_tokenizer
 
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A writer that finds the -wal file larger than this after its commit checkpoints and truncates
@@ -167,7 +165,7 @@ class SQLiteBase(Store):
                     f"{path_str} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
                     f"would not match. Open it with tokenizer={recorded!r} (or none), or use a new store"
                 )
-            loaded = load_tokenizer(recorded)
+            loaded = lazy_tokenizer(recorded)
         except BaseException:
             conn.close()
             raise
@@ -191,7 +189,7 @@ class SQLiteBase(Store):
                     f"{path} counts tokens with {recorded!r}, not {tokenizer!r}; stored counts "
                     f"would not match. Open it with tokenizer={recorded!r} (or none)"
                 )
-            loaded = load_tokenizer(recorded)
+            loaded = lazy_tokenizer(recorded)
         except BaseException:
             conn.close()
             remove_scratch(scratch)
@@ -252,10 +250,6 @@ class SQLiteBase(Store):
             pass  # housekeeping: the commit stands, and the next one tries again
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
-
-    def sqlite_utils_db(self) -> sqlite_utils.Database:
-        """The same connection wrapped by sqlite-utils, for schema work by projections."""
-        return sqlite_utils.Database(self.conn)
 
     # --- the one transaction helper ------------------------------------------------------------
 
@@ -484,7 +478,7 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
 
 
 def _refuse_foreign(conn: sqlite3.Connection, path: str) -> None:
-    tables = set(sqlite_utils.Database(conn).table_names())
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if tables and "turnlog_migrations" not in tables:
         raise CorruptStoreError(
             f"{path} is an SQLite database but not a turnlog store (tables: "

@@ -19,11 +19,23 @@ BYTES_PER_TOKEN_ESTIMATE = 4
 
 
 class Tokenizer:
-    """A loaded tiktoken encoding. Construct it with :func:`load_tokenizer`."""
+    """A tiktoken encoding. Construct it with :func:`load_tokenizer` (loaded now) or
+    :func:`lazy_tokenizer` (loaded the first time something is counted)."""
 
-    def __init__(self, name: str, encoding: Any) -> None:
+    def __init__(self, name: str, encoding: Any = None) -> None:
         self.name = name
-        self._encoding = encoding
+        self._loaded = encoding
+
+    @property
+    def _encoding(self) -> Any:
+        if self._loaded is None:
+            self._loaded = _load_encoding(self.name)
+        return self._loaded
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the encoding is in memory (reading stored counts never loads it)."""
+        return self._loaded is not None
 
     def count(self, text: str) -> int:
         """Exact number of tokens in ``text`` (special-token text is counted as ordinary text)."""
@@ -80,6 +92,18 @@ class Tokenizer:
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name: str = DEFAULT_ENCODING) -> Tokenizer:
     """Load a tiktoken encoding by name, or raise TokenizerError saying why and what to do."""
+    return Tokenizer(name, _load_encoding(name))
+
+
+def lazy_tokenizer(name: str) -> Tokenizer:
+    """The tokenizer a store recorded, loaded only when something is counted (a read of stored
+    counts never needs it, and loading an encoding costs a tenth of a second); a name that cannot
+    be loaded raises TokenizerError then. Encodings are loaded once per process, shared."""
+    return Tokenizer(name)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_encoding(name: str) -> Any:
     try:
         import tiktoken
     except ImportError as exc:  # pragma: no cover - tiktoken is a dependency
@@ -97,7 +121,7 @@ def load_tokenizer(name: str = DEFAULT_ENCODING) -> Tokenizer:
             f"tiktoken downloads most encodings at run time; offline, use {DEFAULT_ENCODING!r} "
             "or point TIKTOKEN_CACHE_DIR at a folder holding the encoding file"
         ) from exc
-    return Tokenizer(name, encoding)
+    return encoding
 
 
 def estimate_tokens(size_bytes: int) -> int:

@@ -60,6 +60,7 @@ def test_a_v1_store_is_migrated_to_v2_on_open(tmp_path: Path) -> None:
             2,
             3,
             4,
+            5,
         ]
         meta = dict(store.conn.execute("SELECT key, value FROM turnlog_meta").fetchall())
         assert meta["chain"] == "v2" and len(meta["salt"]) == 64

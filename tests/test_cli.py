@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from tests.conftest import FIXTURES
 from turnlog.cli import cli
+from turnlog.cli_group import load_commands
 from turnlog.store import MessageAppended, SQLiteStore
 
 CHAT = FIXTURES / "openai_chat.json"
@@ -175,13 +176,13 @@ def test_every_command_has_help(runner: CliRunner) -> None:
         assert result.exit_code == 0 and "Usage:" in result.output
 
 
-ALWAYS_JSON = {"tool schema"}  # prints a JSON Schema whatever the flags
+ALWAYS_JSON = {"tool schema", "datasette-metadata"}  # print JSON whatever the flags (a schema, metadata)
 NOT_DATA = {"mcp"}  # a stdio server: standard output carries the MCP protocol (its help says so)
 
 
 def _leaf_commands() -> list[tuple[str, click.Command]]:
     leaves: list[tuple[str, click.Command]] = []
-    for name, command in cli.commands.items():
+    for name, command in load_commands().items():
         if isinstance(command, click.Group):
             leaves += [(f"{name} {sub}", c) for sub, c in command.commands.items()]
         else:
@@ -369,5 +370,6 @@ def test_errors_are_json_with_json(runner: CliRunner, db_path: Path, args: list[
     result = runner.invoke(cli, ["--db", str(db_path), *args], input="not json")
     assert result.exit_code in (1, 2)
     data = json.loads(result.stdout)
-    assert set(data) == {"error", "exit_code"} and data["exit_code"] == result.exit_code
-    assert data["error"] and "\n" not in data["error"] and result.stderr == ""
+    assert set(data) == {"error"} and set(data["error"]) == {"type", "message"}
+    assert data["error"]["type"] == ("usage_error" if result.exit_code == 2 else data["error"]["type"])
+    assert data["error"]["message"] and "\n" not in result.stdout.strip() and result.stderr == ""

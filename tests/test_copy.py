@@ -84,7 +84,7 @@ def test_what_is_not_a_prefix_is_refused_and_left_as_it_was(tmp_path: Path) -> N
     run("copy", source, longer)
     run("--db", longer, "append", "s", input='{"type": "message_appended", "role": "user", "content": "x"}')
     code, out = run("copy", source, longer, "--json")
-    assert code == 1 and "more than the source" in json.loads(out)["error"]
+    assert code == 1 and "more than the source" in json.loads(out)["error"]["message"]
     code, out = run("copy", str(tmp_path / "missing.db"), str(tmp_path / "new.db"))
     assert code == 1 and "Traceback" not in out and not (tmp_path / "new.db").exists()
 

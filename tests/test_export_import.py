@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnlog.cli import cli
+from turnlog.cli_group import load_commands
 from turnlog.exporters import (
     export_anthropic,
     export_jsonl,
@@ -669,11 +670,12 @@ def test_cli_progress_bar_and_quiet(
 
 
 def test_export_is_listed_with_help_and_json(runner: CliRunner) -> None:
-    assert "export" in cli.commands
+    commands = load_commands()
+    assert "export" in commands
     result = runner.invoke(cli, ["export", "--help"])
     assert result.exit_code == 0 and "--format [jsonl|openai|anthropic]" in result.output
-    assert "jsonl" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
-    assert "pydantic-ai" in cli.commands["import"].params[1].type.choices  # type: ignore[attr-defined]
+    assert "jsonl" in commands["import"].params[1].type.choices  # type: ignore[attr-defined]
+    assert "pydantic-ai" in commands["import"].params[1].type.choices  # type: ignore[attr-defined]
 
 
 # --- export --output never harms the store ---------------------------------------------------------

@@ -349,4 +349,4 @@ def test_cli_import_of_fuzzed_input_is_one_line(
         assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1, result.output  # --json: the error as one JSON line
-        assert json.loads(lines[0])["exit_code"] == 1 and json.loads(lines[0])["error"], result.output
+        assert json.loads(lines[0])["error"]["type"] == "bad_input", result.output

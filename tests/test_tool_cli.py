@@ -162,7 +162,7 @@ def test_a_retry_with_other_input_is_refused(db: Path) -> None:
     count = events(db)
     other = _call(db, SID, "call_1", write.replace('"a"', '"b"'))
     assert other.returncode == 1 and other.stderr == ""  # --json: the error is JSON on stdout
-    error = json.loads(other.stdout)["error"]
+    error = json.loads(other.stdout)["error"]["message"]
     assert error.startswith("tool call 'call_1'") and "already answered for another input" in error
     assert events(db) == count
 

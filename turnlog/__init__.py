@@ -14,38 +14,62 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from turnlog.compaction import CompactionOptions, CompactionResult, compact
-from turnlog.exporters import EXPORT_FORMATS, export_anthropic, export_jsonl, export_openai, export_sessions
-from turnlog.importers import (
-    IMPORT_FORMATS,
-    Conversation,
-    ImportResult,
-    import_conversations,
-    import_file,
-    parse_jsonl,
-    parse_openai,
-    parse_pydantic_ai,
-)
-from turnlog.projections.registry import keep_caught_up
-from turnlog.recorder import SessionRecorder, session
-from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
 from turnlog.store import __all__ as _store_all
-from turnlog.store.base import Store
-from turnlog.store.errors import StoreError
-from turnlog.store.sqlite import SQLiteStore, Synchronous, TokenCounting
 
 if TYPE_CHECKING:
     from turnlog import tool
+    from turnlog.compaction import CompactionOptions, CompactionResult, compact
     from turnlog.config import load_config
+    from turnlog.exporters import (
+        EXPORT_FORMATS,
+        export_anthropic,
+        export_jsonl,
+        export_openai,
+        export_sessions,
+    )
+    from turnlog.importers import (
+        IMPORT_FORMATS,
+        Conversation,
+        ImportResult,
+        import_conversations,
+        import_file,
+        parse_jsonl,
+        parse_openai,
+        parse_pydantic_ai,
+    )
     from turnlog.loop import Handlers, LoopReport, after_commit, get_policy, set_policy
     from turnlog.projections.context import BuiltContext, ContextBudgetError, ContextPolicy, build_context
+    from turnlog.recorder import SessionRecorder, session
+    from turnlog.store import *  # noqa: F403 - the facade re-exports the store's public names
+    from turnlog.store.base import Store
+    from turnlog.store.sqlite import Synchronous, TokenCounting
     from turnlog.tool import ToolResult, tool_definition
     from turnlog.tool import call as call_tool
     from turnlog.tool import invoke as invoke_tool
 
-# Imported on first use, so `import turnlog` (and `turnlog --help`) does not pay for them:
-# public name -> (module, attribute; None for the module itself).
+# Every public name but open_store, open_backend and is_postgres_url is imported on first use, so
+# `import turnlog` (and `turnlog --help`) loads none of pydantic, tiktoken or the SQLite backend
+# until something needs them: public name -> (module, attribute; None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
+    **{name: ("turnlog.store", name) for name in _store_all},
+    "CompactionOptions": ("turnlog.compaction", "CompactionOptions"),
+    "CompactionResult": ("turnlog.compaction", "CompactionResult"),
+    "compact": ("turnlog.compaction", "compact"),
+    "EXPORT_FORMATS": ("turnlog.exporters", "EXPORT_FORMATS"),
+    "export_anthropic": ("turnlog.exporters", "export_anthropic"),
+    "export_jsonl": ("turnlog.exporters", "export_jsonl"),
+    "export_openai": ("turnlog.exporters", "export_openai"),
+    "export_sessions": ("turnlog.exporters", "export_sessions"),
+    "IMPORT_FORMATS": ("turnlog.importers", "IMPORT_FORMATS"),
+    "Conversation": ("turnlog.importers", "Conversation"),
+    "ImportResult": ("turnlog.importers", "ImportResult"),
+    "import_conversations": ("turnlog.importers", "import_conversations"),
+    "import_file": ("turnlog.importers", "import_file"),
+    "parse_jsonl": ("turnlog.importers", "parse_jsonl"),
+    "parse_openai": ("turnlog.importers", "parse_openai"),
+    "parse_pydantic_ai": ("turnlog.importers", "parse_pydantic_ai"),
+    "SessionRecorder": ("turnlog.recorder", "SessionRecorder"),
+    "session": ("turnlog.recorder", "session"),
     "BuiltContext": ("turnlog.projections.context", "BuiltContext"),
     "ContextBudgetError": ("turnlog.projections.context", "ContextBudgetError"),
     "ContextPolicy": ("turnlog.projections.context", "ContextPolicy"),
@@ -74,6 +98,10 @@ def __getattr__(name: str) -> Any:
     return found
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 def open_store(
     path: str | os.PathLike[str] = "turnlog.db",
     *,
@@ -93,6 +121,8 @@ def open_store(
     caught up. ``readonly=True`` opens an existing store for reading only: appends are refused; a
     SQLite file is never written to and never waited for (what writers have not materialized yet is
     folded in memory for its reads)."""
+    from turnlog.projections.registry import keep_caught_up
+
     store = open_backend(
         path,
         tokenizer=tokenizer,
@@ -121,6 +151,8 @@ def open_backend(
         store = _open_postgres(str(path), tokenizer=tokenizer, create=create and not readonly)
         store.refuse_appends = readonly  # type: ignore[attr-defined]
         return store
+    from turnlog.store.sqlite import SQLiteStore
+
     return SQLiteStore.open(
         path,
         tokenizer=tokenizer,
@@ -137,6 +169,8 @@ def is_postgres_url(path: str | os.PathLike[str]) -> bool:
 
 
 def _open_postgres(url: str, *, tokenizer: str | None, create: bool) -> Store:
+    from turnlog.store.errors import StoreError
+
     try:
         from turnlog.store.postgres import PostgresStore
     except ImportError as exc:

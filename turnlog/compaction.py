@@ -6,6 +6,7 @@ unchanged. All summaries of one compaction are appended in one batch, or none ar
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -49,7 +50,7 @@ TRUNCATED = SummarizerInfo(name="truncate", model=None, prompt_version="1")
 class CompactionOptions(BaseModel):
     """When and how much to compact."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     trigger: float = Field(default=0.85, gt=0, le=1)
     """Compact when the whole context would need more than this share of the budget."""
@@ -133,9 +134,11 @@ def compact(
     *,
     options: CompactionOptions | None = None,
     dry_run: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CompactionResult:
     """Compact ``session_id`` for contexts built with ``policy``. Summarizer errors raise
-    SummarizerError and append nothing."""
+    SummarizerError and append nothing. ``progress(done, total)`` is called after each summary is
+    made (a summarizer call can take seconds)."""
     options = options or CompactionOptions()
     chosen: Summarizer = ExtractiveSummarizer() if summarizer is None else as_summarizer(summarizer)
     head = store.require_session(session_id)
@@ -159,7 +162,7 @@ def compact(
         # so the estimate never falls below an empty context.
         result.after_tokens = max(PRIME_TOKENS, before - max(0, estimate - planned))
         return _explained(result, options)
-    events = _write(store, session_id, steps, chosen, options)
+    events = _write(store, session_id, steps, chosen, options, progress)
     result.appended = store.append(session_id, events, expected_version=head)
     after = PRIME_TOKENS + sum(b.cost for b in timeline(store, session_id, policy))
     result.after_tokens = whole_context_tokens(store, session_id, policy, after)
@@ -369,6 +372,7 @@ def _write(
     steps: list[PlannedStep],
     summarizer: Summarizer,
     options: CompactionOptions,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[SummaryRecorded]:
     """The summary events of the plan, in order; raises SummarizerError (and writes nothing)."""
     made: dict[str, SummaryRecorded] = {}
@@ -439,6 +443,8 @@ def _write(
         )
         made[f"step:{id(step)}"] = event
         events.append(event)
+        if progress is not None:
+            progress(len(events), len(steps))
     return events
 
 

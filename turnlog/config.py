@@ -50,7 +50,7 @@ class ConfigError(StoreError):
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class OpenAIEntry(_Entry):

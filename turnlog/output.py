@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from turnlog.store import RecordedEvent
-from turnlog.store.events import MessageAppended, MessageRemoved, SessionRewound, StateRecorded, ToolReturned
+if TYPE_CHECKING:
+    from turnlog.store import RecordedEvent
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -202,6 +202,15 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 
 def describe(record: RecordedEvent, width: int = 80) -> str:
     """One line saying what an event is, for logs."""
+    # The event models load here, not with the module: `turnlog --help` never needs them.
+    from turnlog.store.events import (
+        MessageAppended,
+        MessageRemoved,
+        SessionRewound,
+        StateRecorded,
+        ToolReturned,
+    )
+
     event = record.event
     if isinstance(event, MessageAppended):
         text = event.content

@@ -1,4 +1,3 @@
-"""CLI commands kept in modules of their own; importing this package registers them on ``cli``
-(the group, in turnlog.cli_group, imports none of them)."""
-
-from turnlog.commands import compaction, io, mcp, policy, projections, replay, serve, session, tool  # noqa: F401
+"""CLI commands kept in modules of their own. The group (turnlog.cli_group) imports each module the
+first time one of its commands is used, and the module registers its commands on ``cli`` then;
+importing this package loads none of them (:func:`turnlog.cli_group.load_commands` loads them all)."""

@@ -20,6 +20,7 @@ from turnlog.output import (
     table,
     tokens_range,
 )
+from turnlog.progress import ProgressBar
 from turnlog.projections.context import ContextPolicy
 from turnlog.projections.summaries import list_summaries
 from turnlog.store import SummaryRecorded
@@ -67,6 +68,7 @@ from turnlog.summarizers import CommandSummarizer, ExtractiveSummarizer, OpenAIS
 )
 @click.option("--during-run", is_flag=True, help="Compact even while a run is open.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be summarized and the tokens saved.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
     "--allow-over-budget",
     is_flag=True,
@@ -90,6 +92,7 @@ def compact_(
     timeout: float,
     during_run: bool,
     dry_run: bool,
+    quiet: bool,
     allow_over_budget: bool,
     as_json: bool,
 ) -> None:
@@ -126,8 +129,12 @@ def compact_(
     options = CompactionOptions(
         trigger=trigger, keep_last=keep_last, summary_tokens=summary_tokens, allow_open_run=during_run
     )
-    with ctx.read() if dry_run else ctx.open() as store:
-        result = compact(store, session, policy, chosen, options=options, dry_run=dry_run)
+    # A bar once there are two summaries to make: each may be a model call of several seconds.
+    bar = ProgressBar("summarizing", enabled=not quiet and not as_json, min_total=2)
+    with ctx.read() if dry_run else ctx.open() as store, bar:
+        result = compact(
+            store, session, policy, chosen, options=options, dry_run=dry_run, progress=bar.update
+        )
     steps = [
         {
             "step": s.kind,

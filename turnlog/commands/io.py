@@ -6,14 +6,14 @@ from __future__ import annotations
 import inspect
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.cli_group import CommandError, _Context, cli, pass_ctx
 from turnlog.exporters import EXPORT_FORMATS, export_sessions, export_to_file
 from turnlog.importers import formats, prepare_import, store_conversations
 from turnlog.output import echo_json_chunks, emit, json_option
+from turnlog.progress import ProgressBar as _ProgressBar
 
 
 @cli.command()
@@ -90,7 +90,7 @@ def import_(
     # Bytes: the importer decodes them and names the first byte that is not UTF-8.
     source: Path | bytes = sys.stdin.buffer.read() if path == "-" else Path(path)
     if isinstance(source, Path) and not source.exists():
-        raise click.ClickException(f"{path} does not exist")
+        raise CommandError(f"{path} does not exist", "file_error")
     # Everything read and checked first: bad input leaves no store behind, not even an empty one.
     _, conversations = prepare_import(source, fmt, session=session, model=model)
     bar = _ProgressBar("importing", enabled=not quiet and not as_json)
@@ -110,32 +110,6 @@ def _formats_help() -> str:
 
 
 import_.help = inspect.cleandoc(import_.help or "") + "\n" + _formats_help()
-
-
-class _ProgressBar:
-    """A progress bar on standard error, shown only for long jobs on a terminal."""
-
-    def __init__(self, label: str, *, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled and sys.stderr.isatty()
-        self._bar: Any = None
-        self._shown = 0
-
-    def update(self, done: int, total: int) -> None:
-        if not self.enabled or total < 20:
-            return
-        if self._bar is None:
-            self._bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
-            self._bar.__enter__()
-        self._bar.update(done - self._shown)
-        self._shown = done
-
-    def __enter__(self) -> _ProgressBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
 
 
 @cli.command("copy")
@@ -164,7 +138,7 @@ def copy_(source: str, destination: str, quiet: bool, as_json: bool) -> None:
                 result = copy_store(src, dst, progress=bar.update)
             report = dst.verify()
     if not report.ok:  # pragma: no cover - a copy that verifies wrong is a bug, said plainly
-        raise click.ClickException(f"the copy does not verify: {report.problems[0]}")
+        raise CommandError(f"the copy does not verify: {report.problems[0]}", "verify_failed")
     data = {
         "source": src.path,
         "destination": dst.path,

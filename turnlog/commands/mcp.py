@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.cli_group import CommandError, _Context, cli, pass_ctx
 from turnlog.output import tokens_range
 from turnlog.projections.artifact_index import INDEX_MAX_CHARS
 from turnlog.tool import DEFAULT_MAX_TOKENS, MIN_MAX_TOKENS
@@ -54,6 +54,6 @@ def mcp(ctx: _Context, session: str, max_tokens: int | None, no_record: bool) ->
         from turnlog.mcp_server import serve_stdio
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] in _MCP_PACKAGES:
-            raise click.ClickException(MCP_MISSING) from exc
+            raise CommandError(MCP_MISSING, "missing_extra") from exc
         raise
     serve_stdio(ctx.db, session, max_tokens=max_tokens, record=not no_record)

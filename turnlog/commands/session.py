@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from turnlog.actions import fork_session, pin_message, rewind_session, unpin_message
+# The writing commands import their actions (and the policy's loop) when they run: `sessions` and
+# `log` share this module and must start fast.
 from turnlog.cli_group import _Context, cli, pass_ctx
-from turnlog.commands.policy import report_loop
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -64,6 +64,8 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
       echo '{"type": "message_appended", "role": "user", "content": "hi"}' \\
         | turnlog append my-session
     """
+    from turnlog.commands.policy import report_loop
+
     expected = _expected(expected_version)
     text = read_text(source)
     # The events and the list around them are two levels more than their fields may have.
@@ -174,6 +176,8 @@ def pin(ctx: _Context, session: str, event_id: str, reason: str | None, as_json:
     Example:
       turnlog pin chat-1 42c3c7ad5973 --reason "the user's constraints"
     """
+    from turnlog.actions import pin_message
+
     with ctx.open() as store:
         recorded = pin_message(store, session, event_id, reason)
     _print_written(recorded, as_json, "pinned")
@@ -192,6 +196,8 @@ def unpin(ctx: _Context, session: str, event_id: str, reason: str | None, as_jso
     Example:
       turnlog unpin chat-1 42c3c7ad5973
     """
+    from turnlog.actions import unpin_message
+
     with ctx.open() as store:
         recorded = unpin_message(store, session, event_id, reason)
     _print_written(recorded, as_json, "unpinned")
@@ -224,6 +230,8 @@ def fork(ctx: _Context, session: str, at_version: int, into: str, title: str | N
     Example:
       turnlog fork chat-1 --at 14 --into chat-1-retry
     """
+    from turnlog.actions import fork_session
+
     with ctx.open() as store:
         recorded = fork_session(store, session, at_version, into, title=title)
     emit(
@@ -260,6 +268,8 @@ def rewind(
     Example:
       turnlog rewind chat-1 --to-version 12 --reason pop
     """
+    from turnlog.actions import rewind_session
+
     with ctx.open() as store:
         recorded = rewind_session(store, session, to_version, reason=reason, note=note)
     emit(
