@@ -26,7 +26,9 @@ from turnlog.store import MessageAppended, SessionStarted, SQLiteStore, StoreErr
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APPENDER = Path(__file__).resolve().parent / "helpers" / "appender.py"
 WORKERS = 4
-PROCESS_TIMEOUT = 12.0
+# How long a helper process may take to start or finish: generous, since a loaded 2-core machine
+# (CI beside other work) can take seconds just to import Python; only a hang should reach it.
+PROCESS_TIMEOUT = 60.0
 
 
 def _env() -> dict[str, str]:
