@@ -67,8 +67,8 @@ class PgProjectionStorage(_Base):
             yield held
             return
         with self.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            wrapped = QmarkConnection(conn, self.dialect)
+            # Its BEGIN goes with the first statement (one round trip less).
+            wrapped = QmarkConnection(conn, self.dialect, begin="BEGIN ISOLATION LEVEL REPEATABLE READ")
             self._held_reading().conn = wrapped
             try:
                 yield wrapped

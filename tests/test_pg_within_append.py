@@ -51,13 +51,14 @@ def _turn(i: int) -> list[Any]:
 
 
 def _selects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SELECT statements sent from here on (the projections' reads among them)."""
+    """The SELECT statements sent from here on (the projections' reads among them), each of a batch
+    on its own."""
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
     def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        if str(query).lstrip().upper().startswith("SELECT"):
-            sent.append(str(query))
+        # A batch (store.pg_batch) sends its statements as one query, one statement a line.
+        sent.extend(q for q in str(query).split(";\n") if q.lstrip().upper().startswith("SELECT"))
         return execute(self, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
