@@ -35,9 +35,9 @@ from turnlog.store.appender import BatchAppender
 from turnlog.store.base import Expected, RecordedEvent
 from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch, now
 from turnlog.store.errors import InvalidEventError, VersionConflictError
+from turnlog.store.pg_batch import StatementBatch
 from turnlog.store.pg_chain import place_unplaced
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
-from turnlog.store.pg_batch import StatementBatch
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import gc_paused
@@ -122,8 +122,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         """Whether hooks run inside the append's transaction (store.pg_storage)."""
         return False
 
-    def run_within(self, conn: Connection, records: list[RecordedEvent]) -> None:
-        """Run them (store.pg_storage)."""
+    def run_within(
+        self, conn: Connection, records: list[RecordedEvent], batch: StatementBatch | None = None
+    ) -> None:
+        """Run them (store.pg_storage); their statements join ``batch`` when given."""
 
     def _store_name(self) -> str:
         return self.where
@@ -192,17 +194,33 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 if batch.blobs:
                     insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
                 insert.executemany(_INSERT_EVENT, batch.rows)
-                # The projections' rows go in the same transaction (one commit), in a savepoint:
-                # a failure there leaves the events to commit alone; the catch-up redoes it.
-                insert.execute("SAVEPOINT turnlog_within" if within else "COMMIT")
-                insert.send()
-                if within:
+                if not within:
+                    insert.execute("COMMIT")
+                    insert.send()
+                else:
+                    # The projections' rows in the same transaction (one commit), in a savepoint,
+                    # their statements joining the inserts' round trip (sent at their first read).
+                    # A failure found there may be the inserts' own: then the savepoint does not
+                    # exist, and the inserts' error is raised. A failure of the projections' rolls
+                    # the savepoint back and commits the events alone (the catch-up redoes them).
+                    insert.execute("SAVEPOINT turnlog_within")
                     try:
-                        self.run_within(conn, batch.records)
-                    except Exception:
-                        conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
-                    committing = True
-                    conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
+                        self.run_within(conn, batch.records, insert)
+                        insert.execute("RELEASE SAVEPOINT turnlog_within")
+                        insert.execute("COMMIT")
+                        committing = True
+                        insert.send()
+                    except Exception as exc:
+                        if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+                            raise  # lost (the message says whether it may be stored), or committed
+                        first = insert.errors[0] if insert.errors else exc
+                        committing = False
+                        try:
+                            conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
+                        except psycopg.Error:
+                            raise first from None  # the inserts failed: nothing is committed
+                        committing = True
+                        conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))

@@ -43,7 +43,7 @@ class Result:
     """A queued statement's outcome: its rows (None for a statement that returns none) and row
     count, readable once the batch was sent (a read sends it)."""
 
-    __slots__ = ("_batch", "_index", "_rows", "_rowcount", "_sent")
+    __slots__ = ("_batch", "_index", "_rowcount", "_rows", "_sent")
 
     def __init__(self, batch: StatementBatch | None, index: int) -> None:
         self._batch = batch
@@ -103,6 +103,9 @@ class StatementBatch:
         self._cursor.adapters.register_dumper(float, _Float8)  # this cursor's only
         self._queued: list[str] = []
         self._results: list[Result] = []
+        self.errors: list[psycopg.Error] = []
+        """The failures of its sends, the first first (a caller that let a later statement fail
+        finds the one that made it fail)."""
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Result:
         """Queue a statement; its result is read once the batch is sent."""
@@ -138,7 +141,11 @@ class StatementBatch:
         text, results = ";\n".join(self._queued), self._results
         self._queued, self._results = [], []
         cursor = self._cursor
-        cursor.execute(text)
+        try:
+            cursor.execute(text)
+        except psycopg.Error as exc:
+            self.errors.append(exc)
+            raise
         for index, result in enumerate(results):
             if index and not cursor.nextset():
                 raise psycopg.InterfaceError(f"a batch of {len(results)} statements returned {index} results")

@@ -60,11 +60,21 @@ class QmarkConnection:
     """A psycopg connection behind the calls projections make (``execute``, ``executemany``,
     ``fetchone``/``fetchall`` on what they return), with ``?`` placeholders."""
 
-    def __init__(self, conn: Any, dialect: PostgresDialect, *, begin: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        dialect: PostgresDialect,
+        *,
+        begin: str | None = None,
+        batch: StatementBatch | None = None,
+    ) -> None:
+        """``begin``: the transaction's BEGIN, sent with the first statement; ``batch``: statements
+        queued already, which this connection's join (as in a :meth:`pipeline` block around all its
+        use: a read sends them, the caller sends the rest)."""
         self._conn = conn
         self.turnlog_dialect = dialect
         """The dialect :func:`store.dialect.dialect_of` finds on it."""
-        self._batch: StatementBatch | None = None
+        self._batch: StatementBatch | None = batch
         self._begin = begin
         self._prefetched: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
 
@@ -143,24 +153,13 @@ class QmarkConnection:
     @property
     def raw(self) -> Any:
         """The psycopg connection itself (``%s`` placeholders), for store/ code (in the transaction:
-        its BEGIN is sent first if it was not yet)."""
-        if self._begin is not None:
+        its BEGIN is sent first if it was not yet, and in a :meth:`pipeline` what it queued, so
+        that statements run in the order they were made)."""
+        if self._batch is not None:
+            self._batch.send()
+        elif self._begin is not None:
             self._started().send()
         return self._conn
 
 
-@contextlib.contextmanager
-def quiet_pipeline(conn: Any) -> Iterator[None]:
-    """``conn.pipeline()`` whose failure is raised once, quietly: the sync that ends the aborted part
-    is made here and its PipelineAborted dropped (the error that matters is the one already
-    propagating), so psycopg logs no "error ignored terminating Pipeline" on stderr."""
-    with conn.pipeline() as pipeline:
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):
-                pipeline.sync()
-            raise
-
-
-__all__ = ["QmarkConnection", "qmark", "quiet_pipeline"]
+__all__ = ["QmarkConnection", "qmark"]

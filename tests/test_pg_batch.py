@@ -83,7 +83,8 @@ def test_on_conflict_do_nothing_goes_in_one_statement_and_others_row_by_row(conn
     batch.executemany("INSERT INTO t (k, s) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING", [(1, "a"), (1, "b")])
     # DO UPDATE cannot take one key twice in a statement: it stays one statement a row.
     batch.executemany(
-        "INSERT INTO t (k, s) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET s = excluded.s", [(2, "x"), (2, "y")]
+        "INSERT INTO t (k, s) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET s = excluded.s",
+        [(2, "x"), (2, "y")],
     )
     assert len(batch) == 3
     batch.send()
@@ -97,7 +98,7 @@ def test_a_failure_stops_the_rest_and_is_raised_where_the_batch_is_sent(conn: An
     batch.execute("INSERT INTO t (k) VALUES (%s)", (1,))
     after = batch.execute("INSERT INTO t (k) VALUES (%s)", (2,))
     with pytest.raises(psycopg.errors.UniqueViolation):
-        before.rowcount  # a read sends the batch
+        _ = before.rowcount  # a read sends the batch
     with pytest.raises(psycopg.ProgrammingError, match="not run"):
         after.fetchone()
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
@@ -105,7 +106,9 @@ def test_a_failure_stops_the_rest_and_is_raised_where_the_batch_is_sent(conn: An
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
 
 
-def test_the_projections_connection_sends_a_block_as_one_query(conn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_projections_connection_sends_a_block_as_one_query(
+    conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
