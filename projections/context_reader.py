@@ -91,6 +91,8 @@ class ContextReader:
         self.tok = store.tokenizer
         self.costs = role_costs(self.tok)
         self.events: dict[int, RecordedEvent] = {}
+        self.expected_rows = 0
+        """How many rows the walk back is expected to use (0: not known); sizes its second chunk."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
         with store.reading() as conn:
             if dialect_of(conn).remote and hasattr(conn, "prefetch"):
@@ -226,7 +228,8 @@ class ContextReader:
                     if row.version not in skip:
                         yield row
             upper = rows[-1].version - 1 if len(rows) == size else lower - 1
-            size = min(size * 2, 512)
+            wanted = self.expected_rows - size if size == _FIRST_CHUNK else 0
+            size = min(max(size * 2, wanted + wanted // 4), 512)
 
     def _active_summaries(self) -> list[SummaryRow]:
         """The summaries a context shows as of ``at``: not replaced by a later one, the highest
