@@ -250,6 +250,10 @@ class ContextBuilder(ContextReader):
         kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
         pending: dict[int, list[Row]] = {}
         exhausted = True
+        if total_messages and total_tokens > 0:
+            # The rows the budget left can hold, at the session's tokens per message: the walk's
+            # second chunk reads about that many (one round trip more, not a doubling chain).
+            self.expected_rows = int(remaining * total_messages / total_tokens)
         for item in self._walk_back(retained_versions, self._active_summaries()):
             if isinstance(item, SummaryRow):
                 shown = self._summary_message(item)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from turnlog.projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
 from turnlog.projections.artifacts import list_artifacts
-from turnlog.projections.context_reader import ContextReader
+from turnlog.projections.context_reader import ARTIFACT_WATERMARK, ContextReader
 from turnlog.projections.context_types import PER_MESSAGE, ContextMessage, Mode
 from turnlog.projections.store_cache import StoreCache
 
@@ -97,11 +97,7 @@ def _watermark(reader: ContextReader) -> _Key | None:
     """What the index as of the build depends on: the newest artifact row at or before the build's
     position (rows are only ever added), and the ranges not live then. None: no artifacts."""
     with reader.store.reading() as conn:
-        row = conn.execute(
-            "SELECT position, event_id FROM artifacts WHERE session_id = ? AND position <= ? "
-            "ORDER BY position DESC LIMIT 1",
-            (reader.sid, reader.at),
-        ).fetchone()
+        row = conn.execute(ARTIFACT_WATERMARK, (reader.sid, reader.at)).fetchone()
     if row is None:
         return None
     return (reader.tok.name, reader.sid, int(row[0]), str(row[1]), tuple(reader.dead))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnlog.projections.context_types import ContextPolicy, role_costs
-from turnlog.projections.live_index import dead_ranges, is_dead
+from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import dialect_of
 
@@ -43,6 +43,39 @@ class SummaryRow:
 
 ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens"
 
+# The reads of a build, named so that the ones it makes first can be sent together (_first_reads).
+_RETAINED = "AND version <= ? AND (role = 'system' OR first_user = 1)"
+_CHUNK = "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?"
+_FIRST_CHUNK = 32
+_PINS = (
+    "SELECT target_version FROM ctx_pins WHERE session_id = ? AND pinned_at <= ? "
+    "AND (unpinned_at IS NULL OR unpinned_at > ?)"
+)
+_OPEN_RUN = (
+    "SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= ? "
+    "AND (finished_position IS NULL OR finished_position > ?) ORDER BY started_position DESC LIMIT 1"
+)
+_CUMULATIVE = (
+    "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? AND "
+    "version < ? ORDER BY version DESC LIMIT 1"
+)
+# Two index ranges rather than an OR, which would read every summary ever written.
+_SUMMARIES = (
+    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+    "{hint} WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
+    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
+    "{hint} WHERE session_id = ? AND superseded_at > ? AND position <= ?"
+)
+ARTIFACT_WATERMARK = (
+    "SELECT position, event_id FROM artifacts WHERE session_id = ? AND position <= ? "
+    "ORDER BY position DESC LIMIT 1"
+)
+"""The newest artifact row of a session at or before a position (context_preamble's watermark)."""
+
+
+def _rows_sql(where: str, hint: str) -> str:
+    return f"SELECT {ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}"
+
 
 class ContextReader:
     """Reads for one build of one session as of one position."""
@@ -58,9 +91,28 @@ class ContextReader:
         self.tok = store.tokenizer
         self.costs = role_costs(self.tok)
         self.events: dict[int, RecordedEvent] = {}
+        self.expected_rows = 0
+        """How many rows the walk back is expected to use (0: not known); sizes its second chunk."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
         with store.reading() as conn:
+            if dialect_of(conn).remote and hasattr(conn, "prefetch"):
+                conn.prefetch(self._first_reads())
             self.dead = dead_ranges(conn, session_id, at)
+
+    def _first_reads(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """The reads every build makes first, none depending on another's answer: on a server,
+        sent together (one round trip instead of eight), each then answered from what was read."""
+        sid, at = self.sid, self.at
+        return [
+            (DEAD_RANGES, (sid, at, at)),
+            (_rows_sql(_RETAINED, ""), (sid, self.head_version)),
+            (_PINS, (sid, at, at)),
+            (_OPEN_RUN, (sid, at, at)),
+            (_CUMULATIVE, (sid, self.head_version + 1)),
+            (_SUMMARIES.format(hint=""), (sid, at, sid, at, at)),
+            (ARTIFACT_WATERMARK, (sid, at)),
+            (_rows_sql(_CHUNK, ""), (sid, self.head_version, 1, _FIRST_CHUNK)),
+        ]
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -69,10 +121,7 @@ class ContextReader:
             hint = dialect_of(conn).hint(index) if index else ""
             return [
                 Row(v, p, r, bool(f), bool(n), c, cv, t)
-                for v, p, r, f, n, c, cv, t in conn.execute(
-                    f"SELECT {ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}",
-                    (self.sid, *params),
-                )
+                for v, p, r, f, n, c, cv, t in conn.execute(_rows_sql(where, hint), (self.sid, *params))
                 if not self.dead or not is_dead(self.dead, v)
             ]
 
@@ -85,13 +134,9 @@ class ContextReader:
     def _retained(self) -> tuple[list[Row], set[int]]:
         """System messages, the first user message and pinned messages, each with its whole unit
         (a call with its returns)."""
-        retained = self._rows(
-            # The index named: SQLite does not choose a partial index for an OR on its own, and the
-            # primary key would read every row of the session.
-            "AND version <= ? AND (role = 'system' OR first_user = 1)",
-            (self.head_version,),
-            index="ctx_messages_retained",
-        )
+        # The index named: SQLite does not choose a partial index for an OR on its own, and the
+        # primary key would read every row of the session.
+        retained = self._rows(_RETAINED, (self.head_version,), index="ctx_messages_retained")
         versions = {r.version for r in retained}
         if self.dead and not any(r.first_user for r in retained):
             # The first user message was rewound or removed: the first live one takes its place.
@@ -99,17 +144,11 @@ class ContextReader:
             if first is not None:
                 versions.add(first)
         with self.store.reading() as conn:
-            pinned = {
-                v
-                for (v,) in conn.execute(
-                    "SELECT target_version FROM ctx_pins WHERE session_id = ? AND pinned_at <= ? "
-                    "AND (unpinned_at IS NULL OR unpinned_at > ?)",
-                    (self.sid, self.at, self.at),
-                )
-            }
+            pinned = {v for (v,) in conn.execute(_PINS, (self.sid, self.at, self.at))}
             pinned = {v for v in pinned if not is_dead(self.dead, v)}
             versions |= pinned
-            rows = {r.version: r for r in self._rows_in(versions)}
+            rows = {r.version: r for r in retained if r.version in versions}
+            rows.update((r.version, r) for r in self._rows_in(versions - rows.keys()))
             # A pinned return keeps its call; a kept call keeps all its returns.
             calls = {r.call_version for r in rows.values() if r.role == "tool" and r.call_version}
             calls |= {r.version for r in rows.values() if r.n_calls}
@@ -123,7 +162,9 @@ class ContextReader:
                         (self.sid, call, self.at),
                     )
                 }
-        all_rows = self._rows_in(versions)
+        # Only the rows not read yet (those of the calls' units), in version order.
+        rows.update((r.version, r) for r in self._rows_in(versions - rows.keys()))
+        all_rows = [rows[v] for v in sorted(versions) if v in rows]
         return all_rows, pinned
 
     def _first_live(self, role: str = "= 'user'") -> int | None:
@@ -154,12 +195,7 @@ class ContextReader:
 
     def _open_run_start(self) -> int | None:
         with self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= ? "
-                "AND (finished_position IS NULL OR finished_position > ?) "
-                "ORDER BY started_position DESC LIMIT 1",
-                (self.sid, self.at, self.at),
-            ).fetchone()
+            row = conn.execute(_OPEN_RUN, (self.sid, self.at, self.at)).fetchone()
         return int(row[0]) if row else None
 
     def _walk_back(
@@ -170,7 +206,7 @@ class ContextReader:
         starts = [summary.first for summary in summaries]
         dead_starts = [lo for lo, _ in self.dead]
         upper = self.head_version
-        size = 32
+        size = _FIRST_CHUNK
         while upper >= 1:
             d = bisect.bisect_right(dead_starts, upper) - 1
             if d >= 0 and self.dead[d][1] >= upper:
@@ -184,9 +220,7 @@ class ContextReader:
             lower = summaries[i].last + 1 if i >= 0 else 1
             if d >= 0:
                 lower = max(lower, self.dead[d][1] + 1)
-            rows = self._rows(
-                "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?", (upper, lower, size)
-            )
+            rows = self._rows(_CHUNK, (upper, lower, size))
             if rows:
                 if load:
                     self._load([r.version for r in rows if r.version not in skip and r.role != "system"])
@@ -194,7 +228,8 @@ class ContextReader:
                     if row.version not in skip:
                         yield row
             upper = rows[-1].version - 1 if len(rows) == size else lower - 1
-            size = min(size * 2, 512)
+            wanted = self.expected_rows - size if size == _FIRST_CHUNK else 0
+            size = min(max(size * 2, wanted + wanted // 4), 512)
 
     def _active_summaries(self) -> list[SummaryRow]:
         """The summaries a context shows as of ``at``: not replaced by a later one, the highest
@@ -204,12 +239,7 @@ class ContextReader:
             found = [
                 SummaryRow(*row)
                 for row in conn.execute(
-                    # Two index ranges rather than an OR, which would read every summary ever written.
-                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
-                    f"{hint} WHERE session_id = ? AND superseded_at IS NULL AND position <= ? UNION ALL "
-                    "SELECT version, event_id, first_version, last_version, level, tokens FROM ctx_summaries "
-                    f"{hint} WHERE session_id = ? AND superseded_at > ? AND position <= ?",
-                    (self.sid, self.at, self.sid, self.at, self.at),
+                    _SUMMARIES.format(hint=hint), (self.sid, self.at, self.sid, self.at, self.at)
                 )
             ]
             if self.dead:
@@ -253,9 +283,5 @@ class ContextReader:
 
     def _raw_cumulative(self, before_version: int) -> tuple[int, int]:
         with self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? AND "
-                "version < ? ORDER BY version DESC LIMIT 1",
-                (self.sid, before_version),
-            ).fetchone()
+            row = conn.execute(_CUMULATIVE, (self.sid, before_version)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)

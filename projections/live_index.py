@@ -178,16 +178,16 @@ def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> No
     copy_rows(conn, "live_answers", parent, child, "return_version <= ?", (version,))
 
 
+DEAD_RANGES = (
+    "SELECT first_version, last_version FROM live_gaps WHERE session_id = ? AND dead_at <= ? "
+    "AND (alive_at IS NULL OR alive_at > ?)"
+)
+"""The ranges not live as of a position (session id, at, at): what :func:`dead_ranges` reads."""
+
+
 def dead_ranges(conn: Connection, session_id: str, at: int) -> list[Gap]:
     """The session's versions that are not live as of position ``at``, as sorted disjoint ranges."""
-    found = sorted(
-        (int(lo), int(hi))
-        for lo, hi in conn.execute(
-            "SELECT first_version, last_version FROM live_gaps WHERE session_id = ? AND dead_at <= ? "
-            "AND (alive_at IS NULL OR alive_at > ?)",
-            (session_id, at, at),
-        )
-    )
+    found = sorted((int(lo), int(hi)) for lo, hi in conn.execute(DEAD_RANGES, (session_id, at, at)))
     merged: list[Gap] = []
     for lo, hi in found:
         if merged and lo <= merged[-1][1] + 1:

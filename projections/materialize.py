@@ -21,7 +21,13 @@ from typing import Any, ClassVar
 from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
 from turnlog.store.dialect import Connection, dialect_of
 from turnlog.store.errors import LockBusy
-from turnlog.store.log_ops import counted_through, position_of, records_between, write_token_counts
+from turnlog.store.log_ops import (
+    PG_COUNTED_THROUGH,
+    counted_through,
+    position_of,
+    records_between,
+    write_token_counts,
+)
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
@@ -79,6 +85,8 @@ CREATE TABLE {schema}.projection_checkpoints (
     position INTEGER NOT NULL
 )
 """
+
+_POSITIONS = "SELECT name, position FROM projection_checkpoints"
 
 Progress = Callable[[int, int], None]
 
@@ -277,8 +285,10 @@ class Materializer:
                 pending = None
         if pending is None:
             with self.store.reading() as conn:
+                if dialect_of(conn).remote and hasattr(conn, "prefetch"):
+                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())])  # one round trip
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
-                stored = dict(conn.execute("SELECT name, position FROM projection_checkpoints").fetchall())
+                stored = dict(conn.execute(_POSITIONS).fetchall())
                 checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
@@ -312,17 +322,21 @@ class Materializer:
                         records = [r for r in fresh if wanted is None or r.type in wanted]
                     else:
                         records = records_between(conn, start, end, wanted)
-                    for projection in self.projections:
-                        own = starts[projection.name]
-                        if own >= end:
-                            continue
-                        mine = [
-                            r
-                            for r in records
-                            if r.position > own and (projection.types is None or r.type in projection.types)
-                        ]
-                        projection.apply(conn, mine)
-                        _set_checkpoint(conn, projection, end)
+                    # On a server the writes go together up to each read (a no-op on SQLite); a
+                    # failure rolls the whole transaction back, as before.
+                    with dialect_of(conn).pipeline(conn):
+                        for projection in self.projections:
+                            own = starts[projection.name]
+                            if own >= end:
+                                continue
+                            mine = [
+                                r
+                                for r in records
+                                if r.position > own
+                                and (projection.types is None or r.type in projection.types)
+                            ]
+                            projection.apply(conn, mine)
+                            _set_checkpoint(conn, projection, end)
                 if progress is not None:
                     progress(end, limit)
                 if end >= limit:

@@ -155,7 +155,7 @@ class PostgresDialect(_Neutral):
     scratch = "pg_temp"
     """The schema a verify rebuilds projections into (the session's temporary schema)."""
     remote = True
-    """Each statement is a round trip to the server, unless pipelined."""
+    """Each statement is a round trip to the server, unless batched (:meth:`pipeline`)."""
 
     def __init__(self, main: str = "turnlog") -> None:
         self.main = main
@@ -176,8 +176,9 @@ class PostgresDialect(_Neutral):
 
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[None]:
-        """psycopg's pipeline mode on the store's connection (store.pg_qmark): writes are queued
-        and go with the next read or the block's end, one round trip for many statements."""
+        """The store's connection batching its statements (store.pg_qmark, store.pg_batch): writes
+        are queued and go with the next read or the block's end, as one query: one round trip for
+        many statements."""
         with conn.pipeline():
             yield
 

@@ -34,11 +34,15 @@ def position_of(conn: Connection, session_id: str, version: int) -> int | None:
     return sqlite_position_of(conn, session_id, version)
 
 
+PG_COUNTED_THROUGH = "SELECT coalesce(max(position), 0) FROM events"
+"""What :func:`counted_through` reads on PostgreSQL (the head: every event is counted when stored)."""
+
+
 def counted_through(conn: Connection) -> int:
     """Every event at or below this position has its token count (a backend that counts every
     event before it stores it: the head)."""
     if dialect_of(conn).name == "postgresql":
-        row = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
+        row = conn.execute(PG_COUNTED_THROUGH).fetchone()
         return int(row[0])
     from turnlog.store.sqlite_tokens import counted_through as sqlite_counted_through
 

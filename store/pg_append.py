@@ -35,10 +35,10 @@ from turnlog.store.appender import BatchAppender
 from turnlog.store.base import Expected, RecordedEvent
 from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch, now
 from turnlog.store.errors import InvalidEventError, VersionConflictError
+from turnlog.store.pg_batch import StatementBatch
 from turnlog.store.pg_chain import place_unplaced
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
-from turnlog.store.pg_qmark import quiet_pipeline
-from turnlog.store.pg_reading import PgReadingStore, pg_head_version, pg_lineage, select_records
+from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import gc_paused
 
@@ -59,6 +59,15 @@ _SESSION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
 _TRY_LOCKS = (
     "SELECT CASE WHEN pg_try_advisory_xact_lock(%s) "
     "THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END ELSE 0 END"
+)
+# The first round trip's question: the session's head (every row, placed or not: versions only
+# grow), then -2 when it is past the expected version (a conflict, found without any lock), -1 when
+# another writer of the session holds its lock (not waited for here), else the locks as above.
+_TRY_ALL_LOCKS = (
+    "SELECT h.v, CASE WHEN coalesce(h.v, 0) > %s THEN -2 "
+    "WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN CASE WHEN "
+    "pg_try_advisory_xact_lock(%s) THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END "
+    f"ELSE 0 END ELSE -1 END FROM (SELECT max(version) AS v FROM {EVENT_TABLE} WHERE session_id = %s) AS h"
 )
 _NOT_STORED = "nothing of the batch was stored; retry it"
 _PLACING = (
@@ -113,8 +122,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         """Whether hooks run inside the append's transaction (store.pg_storage)."""
         return False
 
-    def run_within(self, conn: Connection, records: list[RecordedEvent]) -> None:
-        """Run them (store.pg_storage)."""
+    def run_within(
+        self, conn: Connection, records: list[RecordedEvent], batch: StatementBatch | None = None
+    ) -> None:
+        """Run them (store.pg_storage); their statements join ``batch`` when given."""
 
     def _store_name(self) -> str:
         return self.where
@@ -144,27 +155,15 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         rolls it all back; a lost connection says whether the batch may have been stored."""
         committing = False
         with self.connection() as conn:
-            if isinstance(expected_version, int):
-                # Versions only grow: a head already past the expected one is a conflict whatever
-                # happens next, found without queueing for the lock behind the other writers.
-                head_now = pg_head_version(conn, session_id)
-                if head_now > expected_version:
-                    raise VersionConflictError(session_id, expected_version, head_now)
             try:
-                with quiet_pipeline(conn):  # one round trip for the four
-                    conn.execute("BEGIN")
-                    conn.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
-                    tried = conn.execute(_TRY_LOCKS, (self.place_key, self.lock_key))
-                    cursor = conn.execute(_HEADS, (session_id,))
-                locks = int((tried.fetchone() or (0,))[0])
+                # The locks tried and the heads read in one round trip; only when another writer of
+                # the session holds its lock does the append queue for it (after a quick look at the
+                # head: versions only grow, so a head already past the expected one is a conflict
+                # whatever happens next, found without waiting behind the other writers).
+                expected = expected_version if isinstance(expected_version, int) else None
+                locks, heads_row = self._begin(conn, session_id, expected)
                 placing = locks >= 1
-                head, prev_hash, position, order, waiting = cursor.fetchone() or (
-                    None,
-                    None,
-                    None,
-                    None,
-                    False,
-                )
+                head, prev_hash, position, order, waiting = heads_row or (None, None, None, None, False)
                 head = int(head or 0)
                 check_expected_head(session_id, expected_version, head)
                 lookup = _Lookup(conn, self._lineages)
@@ -191,22 +190,37 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 within = locks == 2 and self.has_within_hooks()
                 if not within:
                     committing = True
-                with quiet_pipeline(conn), conn.cursor() as insert:
-                    if batch.blobs:
-                        insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
-                    insert.executemany(_INSERT_EVENT, batch.rows)
-                    # The projections' rows go in the same transaction (one commit), in a savepoint:
-                    # a failure there leaves the events to commit alone; the catch-up redoes it.
-                    conn.execute("SAVEPOINT turnlog_within" if within else "COMMIT")
-                if within:
+                insert = StatementBatch(conn)
+                if batch.blobs:
+                    insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
+                insert.executemany(_INSERT_EVENT, batch.rows)
+                if not within:
+                    insert.execute("COMMIT")
+                    insert.send()
+                else:
+                    # The projections' rows in the same transaction (one commit), in a savepoint,
+                    # their statements joining the inserts' round trip (sent at their first read).
+                    # A failure found there may be the inserts' own: then the savepoint does not
+                    # exist, and the inserts' error is raised. A failure of the projections' rolls
+                    # the savepoint back and commits the events alone (the catch-up redoes them).
+                    insert.execute("SAVEPOINT turnlog_within")
                     try:
-                        self.run_within(conn, batch.records)
-                    except Exception:
-                        conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
-                    committing = True
-                    with quiet_pipeline(conn):
-                        conn.execute("RELEASE SAVEPOINT turnlog_within")
-                        conn.execute("COMMIT")
+                        self.run_within(conn, batch.records, insert)
+                        insert.execute("RELEASE SAVEPOINT turnlog_within")
+                        insert.execute("COMMIT")
+                        committing = True
+                        insert.send()
+                    except Exception as exc:
+                        if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+                            raise  # lost (the message says whether it may be stored), or committed
+                        first = insert.errors[0] if insert.errors else exc
+                        committing = False
+                        try:
+                            conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
+                        except psycopg.Error:
+                            raise first from None  # the inserts failed: nothing is committed
+                        committing = True
+                        conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))
@@ -226,6 +240,37 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             except psycopg.Error as exc:
                 raise translated(exc, self.where, _PLACING) from exc
         return [replace(r, position=positions[r.event_id]) for r in batch.records]
+
+    def _begin(
+        self, conn: Connection, session_id: str, expected: int | None
+    ) -> tuple[int, tuple[Any, ...] | None]:
+        """BEGIN, the locks and the heads: which locks were taken (0: the session's only; 1: and
+        the placing lock; 2: and the store's) and the heads, read after the locks (so up to date).
+        One round trip, unless another writer of the session holds its lock: then a second one
+        queues for it. A head already past ``expected`` is a conflict found before any lock is
+        taken or waited for (VersionConflictError)."""
+        first = StatementBatch(conn)
+        first.execute("BEGIN")
+        tried = first.execute(
+            _TRY_ALL_LOCKS,
+            (expected, self.session_lock_space, session_id, self.place_key, self.lock_key, session_id),
+        )
+        heads = first.execute(_HEADS, (session_id,))
+        first.send()
+        head_now, locks = tried.fetchone() or (None, -1)
+        if locks == -2 and expected is not None:
+            conn.execute("ROLLBACK")
+            raise VersionConflictError(session_id, expected, int(head_now or 0))
+        if locks >= 0:
+            return int(locks), heads.fetchone()
+        # Another writer of the session is appending: queue for its lock, in the same transaction
+        # (nothing is held yet), then try the others and read the heads again.
+        second = StatementBatch(conn)
+        second.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
+        tried = second.execute(_TRY_LOCKS, (self.place_key, self.lock_key))
+        heads = second.execute(_HEADS, (session_id,))
+        second.send()
+        return int((tried.fetchone() or (0,))[0]), heads.fetchone()
 
     def _place(self, conn: Connection, event_ids: list[str]) -> tuple[int, dict[str, int]]:
         """Place the committed unplaced rows under the placing lock; returns the last position

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from turnlog.store.dialect import PostgresDialect
+from turnlog.store.pg_batch import Result, StatementBatch
 
 
 @functools.lru_cache(maxsize=2048)
@@ -59,17 +60,68 @@ class QmarkConnection:
     """A psycopg connection behind the calls projections make (``execute``, ``executemany``,
     ``fetchone``/``fetchall`` on what they return), with ``?`` placeholders."""
 
-    def __init__(self, conn: Any, dialect: PostgresDialect) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        dialect: PostgresDialect,
+        *,
+        begin: str | None = None,
+        batch: StatementBatch | None = None,
+    ) -> None:
+        """``begin``: the transaction's BEGIN, sent with the first statement; ``batch``: statements
+        queued already, which this connection's join (as in a :meth:`pipeline` block around all its
+        use: a read sends them, the caller sends the rest)."""
         self._conn = conn
         self.turnlog_dialect = dialect
         """The dialect :func:`store.dialect.dialect_of` finds on it."""
+        self._batch: StatementBatch | None = batch
+        self._begin = begin
+        self._prefetched: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        if self._prefetched:
+            rows = self._prefetched.pop((sql, tuple(params)), None)
+            if rows is not None:
+                return Result.of(rows)
+        if self._batch is not None:
+            return self._queue(self._batch, sql, params)
+        if self._begin is not None:  # the transaction's BEGIN goes with its first statement
+            batch = self._started()
+            result = self._queue(batch, sql, params)
+            batch.send()
+            return result
         # Without parameters psycopg sends the text as it is: a doubled % would stay doubled.
         return self._conn.execute(qmark(sql), _params(params)) if params else self._conn.execute(sql)
 
+    @staticmethod
+    def _queue(batch: StatementBatch, sql: str, params: Sequence[Any]) -> Result:
+        return batch.execute(qmark(sql), _params(params)) if params else batch.execute(sql)
+
+    def _started(self) -> StatementBatch:
+        """A batch that begins with the transaction's BEGIN, when it was not sent yet."""
+        batch = StatementBatch(self._conn)
+        if self._begin is not None:
+            batch.execute(self._begin)
+            self._begin = None
+        return batch
+
+    def prefetch(self, queries: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """Run ``queries`` (``?`` placeholders, hashable parameters) together, one round trip; each
+        result is kept for the first :meth:`execute` of the same query with the same parameters
+        (in the same snapshot, so what it would have read). A read that knows what it will ask
+        next saves the round trips."""
+        batch = self._started()
+        pending = [(sql, tuple(params), self._queue(batch, sql, params)) for sql, params in queries]
+        batch.send()
+        for sql, params, result in pending:
+            self._prefetched[(sql, params)] = result.fetchall()
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         rows = [_params(row) for row in rows]
+        if self._begin is not None and self._batch is None:
+            self._started().send()
+        if self._batch is not None:
+            return self._batch.executemany(qmark(sql), rows)
         cursor = self._conn.cursor()
         if rows:
             cursor.executemany(qmark(sql), rows)
@@ -77,31 +129,37 @@ class QmarkConnection:
 
     @contextlib.contextmanager
     def pipeline(self) -> Iterator[None]:
-        """psycopg's pipeline mode: statements are queued and sent together, a read (a fetch) or
-        the end of the block waits for the results. An error is raised at that read or at the end;
-        the statements queued after it are skipped, and the block's exit says so quietly (psycopg
-        would log "error ignored terminating Pipeline ... pipeline aborted" on stderr)."""
-        with quiet_pipeline(self._conn):
+        """The statements of the block sent together, as one query (store.pg_batch): a read of a
+        result (a fetch, a row count) or the end of the block sends what is queued, one round
+        trip. An error is raised at that read or at the end, and the statements after the failing
+        one do not run. When the block itself raises, what it queued is still sent (its error
+        ignored: the block's own is the one that matters), so a savepoint it queued exists for
+        the caller's rollback, as in psycopg's pipeline mode. A block inside another is part of
+        the outer one."""
+        if self._batch is not None:
             yield
-
-    @property
-    def raw(self) -> Any:
-        """The psycopg connection itself (``%s`` placeholders), for store/ code."""
-        return self._conn
-
-
-@contextlib.contextmanager
-def quiet_pipeline(conn: Any) -> Iterator[None]:
-    """``conn.pipeline()`` whose failure is raised once, quietly: the sync that ends the aborted part
-    is made here and its PipelineAborted dropped (the error that matters is the one already
-    propagating), so psycopg logs no "error ignored terminating Pipeline" on stderr."""
-    with conn.pipeline() as pipeline:
+            return
+        batch = self._batch = self._started()
         try:
             yield
         except BaseException:
+            self._batch = None
             with contextlib.suppress(psycopg.Error):
-                pipeline.sync()
+                batch.send()
             raise
+        self._batch = None
+        batch.send()
+
+    @property
+    def raw(self) -> Any:
+        """The psycopg connection itself (``%s`` placeholders), for store/ code (in the transaction:
+        its BEGIN is sent first if it was not yet, and in a :meth:`pipeline` what it queued, so
+        that statements run in the order they were made)."""
+        if self._batch is not None:
+            self._batch.send()
+        elif self._begin is not None:
+            self._started().send()
+        return self._conn
 
 
-__all__ = ["QmarkConnection", "qmark", "quiet_pipeline"]
+__all__ = ["QmarkConnection", "qmark"]

@@ -20,7 +20,8 @@ from psycopg.pq import TransactionStatus
 from turnlog.store.base import RecordedEvent
 from turnlog.store.dialect import Connection, PostgresDialect
 from turnlog.store.errors import LockBusy, StoreError
-from turnlog.store.pg_qmark import QmarkConnection, quiet_pipeline
+from turnlog.store.pg_batch import StatementBatch
+from turnlog.store.pg_qmark import QmarkConnection
 from turnlog.store.pg_reading import pg_lineage, select_records
 
 WithinHook = Callable[[Any, Sequence[RecordedEvent]], None]
@@ -67,8 +68,8 @@ class PgProjectionStorage(_Base):
             yield held
             return
         with self.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            wrapped = QmarkConnection(conn, self.dialect)
+            # Its BEGIN goes with the first statement (one round trip less).
+            wrapped = QmarkConnection(conn, self.dialect, begin="BEGIN ISOLATION LEVEL REPEATABLE READ")
             self._held_reading().conn = wrapped
             try:
                 yield wrapped
@@ -101,12 +102,13 @@ class PgProjectionStorage(_Base):
         back. ``wait=False``: LockBusy at once when another connection holds the lock."""
         with self.connection() as conn:
             try:
-                with quiet_pipeline(conn):  # one round trip
-                    conn.execute("BEGIN")
-                    lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
-                    got = conn.execute(f"SELECT {lock}(%s)::text", (self.lock_key,))
-                    if not durable:
-                        conn.execute("SET LOCAL synchronous_commit = off")
+                first = StatementBatch(conn)  # one round trip
+                first.execute("BEGIN")
+                lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+                got = first.execute(f"SELECT {lock}(%s)::text", (self.lock_key,))
+                if not durable:
+                    first.execute("SET LOCAL synchronous_commit = off")
+                first.send()
                 if not wait and (got.fetchone() or ("false",))[0] != "true":
                     raise LockBusy(f"{self.where}: another writer holds the store's lock")
                 yield QmarkConnection(conn, self.dialect)
@@ -126,10 +128,13 @@ class PgProjectionStorage(_Base):
     def has_within_hooks(self) -> bool:
         return bool(self._hooks("_within_append"))
 
-    def run_within(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
+    def run_within(
+        self, conn: Connection, records: Sequence[RecordedEvent], batch: StatementBatch | None = None
+    ) -> None:
         """The within-append hooks, on the append's own connection and transaction, in a savepoint:
-        a hook that fails leaves the events to commit without its rows."""
-        wrapped = QmarkConnection(conn, self.dialect)
+        a hook that fails leaves the events to commit without its rows. With ``batch`` (the append's
+        inserts, not sent yet) their statements join it: the first read a hook makes sends them all."""
+        wrapped = QmarkConnection(conn, self.dialect, batch=batch)
         for hook in self._hooks("_within_append"):
             hook(wrapped, records)
 

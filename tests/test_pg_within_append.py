@@ -51,13 +51,14 @@ def _turn(i: int) -> list[Any]:
 
 
 def _selects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SELECT statements sent from here on (the projections' reads among them)."""
+    """The SELECT statements sent from here on (the projections' reads among them), each of a batch
+    on its own."""
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
     def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        if str(query).lstrip().upper().startswith("SELECT"):
-            sent.append(str(query))
+        # A batch (store.pg_batch) sends its statements as one query, one statement a line.
+        sent.extend(q for q in str(query).split(";\n") if q.lstrip().upper().startswith("SELECT"))
         return execute(self, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", counting)
@@ -133,5 +134,33 @@ def test_a_failure_inside_the_pipeline_commits_the_events_and_prints_nothing(
         sql("DELETE FROM ctx_messages WHERE session_id = 's' AND version = 7", pg_schema)
         store.append("s", _turn(2))
         assert materializer(store).differences() == []
+    finally:
+        store.close()
+
+
+def test_an_insert_refused_in_the_round_trip_of_the_projections_rows_stores_nothing(pg_schema: str) -> None:
+    # The projections' statements join the inserts' round trip: an insert refused there (an id
+    # stored in another session) must fail the append as before, not commit the rest.
+    store = _open(pg_schema)
+    try:
+        first = store.append("s", [MessageAppended(role="user", content="hi", event_id="x1")])
+        assert store.append("s", [MessageAppended(role="user", content="hi", event_id="x1")]) == first
+        store.append("s", _turn(0))
+        batches = (
+            [MessageAppended(role="user", content="other", event_id="x1")],
+            [
+                MessageAppended(role="user", content="new", event_id="x2"),
+                MessageAppended(role="user", content="dup", event_id="x1"),
+            ],
+        )
+        for batch in batches:
+            with pytest.raises(turnlog.store.DuplicateEventError, match="x1"):
+                store.append("t", batch)
+        assert store.count_events() == 4
+        assert store.head_version("t") == 0
+        assert materializer(store).differences() == []
+        store.append("t", _turn(1))
+        assert materializer(store).differences() == []
+        assert [r.version for r in store.read_session("t")] == [1, 2, 3]
     finally:
         store.close()

@@ -51,7 +51,7 @@ def main() -> int:
                     head = exc.actual
                     # Back off (exponentially, with jitter) so the others go first: on two cores,
                     # eight writers retrying at once mostly burn the CPU the winner needs.
-                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**streak)))
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(streak, 6))))
                     continue
                 except StoreError as exc:
                     retries += 1
