@@ -128,12 +128,13 @@ def mark_cache(body: dict[str, Any], messages: Sequence[ContextMessage], head: i
 
 def _last_markable(turns: list[dict[str, Any]], end: int) -> dict[str, Any] | None:
     """The last block, of the turns before ``end``, that may carry a breakpoint."""
-    for turn in reversed(turns[:end]):
-        blocks: list[dict[str, Any]] = turn["content"]
-        for block in reversed(blocks):
-            if block["type"] != "text" or block["text"]:
-                return block
-    return None
+    blocks: list[dict[str, Any]] = [b for turn in turns[:end] for b in turn["content"] if _markable(b)]
+    return blocks[-1] if blocks else None
+
+
+def _markable(block: dict[str, Any]) -> bool:
+    """Whether a block may carry a breakpoint (an empty text block may not)."""
+    return block["type"] != "text" or bool(block["text"])
 
 
 def _head_end(body: dict[str, Any], messages: Sequence[ContextMessage], head: int) -> dict[str, Any] | None:
@@ -152,7 +153,7 @@ def _head_end(body: dict[str, Any], messages: Sequence[ContextMessage], head: in
         return system[-1] if system else None
     if head_blocks > len(turn_blocks):
         return None
-    candidates = [b for _, b in turn_blocks[:head_blocks] if b["type"] != "text" or b["text"]]
+    candidates = [b for _, b in turn_blocks[:head_blocks] if _markable(b)]
     return candidates[-1] if candidates else None
 
 

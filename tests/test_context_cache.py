@@ -413,3 +413,76 @@ def test_anthropic_breakpoints_mark_the_end_and_the_head(store: SQLiteStore) -> 
     stripped = [strip_marks(b) for b in bodies]
     prefixes = sum(is_prefix(a, b) for a, b in itertools.pairwise(stripped))
     assert prefixes >= len(bodies) // 2
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def cli_session(path: Path) -> list[int]:
+    with SQLiteStore.open(path) as store:
+        session = Session(store)
+        for i in range(25):
+            session.apply("call", [200 + 13 * i])
+        return calls_of(store)
+
+
+def test_the_cli_builds_cache_stable_contexts(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from turnlog.cli import cli
+
+    db = tmp_path / "t.db"
+    points = cli_session(db)
+    runner = CliRunner()
+    base = ["--db", str(db), "context", "s", "--budget", "2000"]
+    bodies = []
+    for at in points[-6:]:
+        result = runner.invoke(cli, [*base, "--cache-stable", "--at", str(at), "--json"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.output)
+        assert data["manifest"]["total_tokens"] <= 2000
+        assert data["manifest"]["policy"]["cache_stable"] is True and data["manifest"]["cut"] > 1
+        bodies.append(data)
+    with SQLiteStore.open(db) as store:
+        policy = ContextPolicy(budget=2000, cache_stable=True)
+        assert bodies[-1]["messages"] == build_context(store, "s", policy, at=points[-1]).rendered
+    # --refill-to is checked, and needs --cache-stable.
+    bad = runner.invoke(cli, [*base, "--cache-stable", "--refill-to", "0"])
+    assert bad.exit_code == 2 and "0<x<=1" in bad.output.replace(" ", "")
+    alone = runner.invoke(cli, [*base, "--refill-to", "0.5", "--json"])
+    assert alone.exit_code == 2 and "--cache-stable" in alone.output
+    # Anthropic markers from the command line; the text manifest says where the history starts.
+    marked = runner.invoke(cli, [*base, "--cache-stable", "--format", "anthropic"])
+    assert marked.exit_code == 0 and 1 <= len(marks(json.loads(marked.output))) <= 4
+    text = runner.invoke(cli, [*base, "--cache-stable", "--format", "text", "--manifest"])
+    assert "cache-stable, the history starts at version" in text.output
+
+
+def test_the_session_policy_makes_contexts_cache_stable(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from turnlog.cli import cli
+
+    db = tmp_path / "t.db"
+    cli_session(db)
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["--db", str(db), "policy", "s", "--budget", "2000", "--cache-stable", "--refill-to", "0.5"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "cache stable:       yes (refill to 0.5)" in result.output
+    shown = json.loads(runner.invoke(cli, ["--db", str(db), "policy", "s", "--json"]).output)
+    assert shown["policy"]["cache_stable"] is True and shown["policy"]["refill_to"] == 0.5
+    built = json.loads(runner.invoke(cli, ["--db", str(db), "context", "s", "--json"]).output)["manifest"]
+    assert built["policy"]["cache_stable"] is True and built["policy"]["refill_to"] == 0.5
+    # --no-cache-stable overrides the stored policy for one build.
+    plain = runner.invoke(cli, ["--db", str(db), "context", "s", "--no-cache-stable", "--json"])
+    assert "cut" not in json.loads(plain.output)["manifest"]
+    # Replay rebuilds the calls with the stored policy too: cache-stable, within the budget.
+    calls = json.loads(
+        runner.invoke(cli, ["--db", str(db), "replay", "s", "--budget", "2000", "--json"]).output
+    )
+    assert calls and all(c["total_tokens"] <= 2000 for c in calls)
+    assert sum(not c["dropped"] for c in calls) >= len(calls) - 6
+    bad = runner.invoke(cli, ["--db", str(db), "policy", "s", "--refill-to", "2", "--json"])
+    assert bad.exit_code == 2

@@ -11,7 +11,13 @@ import click
 
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
-from turnlog.commands.policy import as_modes, modes_option, policy_defaults
+from turnlog.commands.policy import (
+    as_modes,
+    cache_defaults,
+    cache_stable_options,
+    modes_option,
+    policy_defaults,
+)
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -73,6 +79,10 @@ from turnlog.projections.todos import current_todos, render_checklist, todo_hist
     help="Divide the budget by MODEL's billed ÷ estimated ratio as of the build position "
     "(for a model whose tokenizer is not the store's; see `turnlog audit`).",
 )
+@cache_stable_options(
+    "Keep the prompt cache warm: the context starts with the previous call's unchanged while the "
+    "budget allows, and its start moves only when it must (default: the session policy's)."
+)
 @json_option
 @pass_ctx
 def context(
@@ -89,6 +99,8 @@ def context(
     manifest: bool,
     record: bool,
     calibrate_for: str | None,
+    cache_stable: bool | None,
+    refill_to: float | None,
     as_json: bool,
 ) -> None:
     """Build the context to send to the model for SESSION under a token budget.
@@ -98,13 +110,19 @@ def context(
     messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
     anthropic formats print JSON; text is for people.
 
+    With --cache-stable, each call's context starts with the previous call's context, byte for
+    byte, until the budget is exceeded; then its start moves once, leaving it at --refill-to of the
+    budget. --format anthropic then marks cache_control breakpoints.
+
     \b
     Examples:
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
       turnlog context chat-1 --budget 8000 --format text --no-index
+      turnlog context chat-1 --budget 8000 --cache-stable --format anthropic
     """
     with ctx.open() if record else ctx.read() as store:
         budget, max_tool_tokens = policy_defaults(store, session, budget, max_tool_tokens)
+        cache = cache_defaults(store, session, cache_stable, refill_to)
         policy = ContextPolicy(
             budget=budget,
             max_tool_tokens=max_tool_tokens,
@@ -114,6 +132,7 @@ def context(
             tool_output_modes=as_modes(tool_modes),
             index=index,
             calibrate=calibrate_for is not None,
+            **cache,
         )
         built = build_context(store, session, policy, at=at, record=record, model=calibrate_for)
     if fmt == "text" and not as_json:
@@ -143,6 +162,8 @@ def _manifest_table(manifest: dict[str, Any]) -> str:
         f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens "
         f"({manifest['tokenizer']}), {manifest['omitted_messages']:,} messages left out"
     )
+    if manifest.get("cut") is not None:
+        head += f"; cache-stable, the history starts at version {manifest['cut']:,}"
     return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
 
 
