@@ -284,8 +284,6 @@ class ContextBuilder(ContextReader):
             messages.append(index)
             used += index.tokens
         remaining = policy.budget - used - reserve
-        if stable is not None and remaining < 0:
-            raise CacheOverflow
 
         kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
         pending: dict[int, list[Row]] = {}

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from turnlog.projections.context import ContextPolicy, build_context
 from turnlog.projections.context_builder import ContextBuilder
 from turnlog.projections.context_cache import call_points, stable_cut
-from turnlog.projections.context_types import CacheOverflow
+from turnlog.projections.context_types import CacheOverflow, ContextBudgetError
 from turnlog.projections.registry import materializer
 from turnlog.projections.replay import replay
 from turnlog.store import (
@@ -173,17 +173,29 @@ def test_each_call_starts_with_the_previous_call_unless_the_cut_moved(
             session.apply(kind, arg)
         policy = ContextPolicy(budget=budget, max_tool_tokens=300, cache_stable=True)
         default = ContextPolicy(budget=budget, max_tool_tokens=300)
-        previous: tuple[int, Any, Any] | None = None
+        anthropic = policy.model_copy(update={"format": "anthropic"})
+        previous: tuple[int, Any, Any, Any] | None = None
         for at in calls_of(store):
-            built = build_context(store, "s", policy, at=at)
+            try:
+                built = build_context(store, "s", policy, at=at)
+            except ContextBudgetError:
+                # Only where the default policy cannot fit what is always kept either.
+                with pytest.raises(ContextBudgetError):
+                    build_context(store, "s", default, at=at)
+                previous = None
+                continue
             assert built.total_tokens <= budget
             cut = stable_cut(store, "s", policy, at)
             assert built.cut == cut.cut
+            body = build_context(store, "s", anthropic, at=at).rendered
+            assert 1 <= len(marks(body)) <= 4
             if previous is not None:
-                before_at, before_cut, before_rendered = previous
+                before_at, before_cut, before_rendered, before_body = previous
                 reset = any(before_at < p <= at for p in session.resets)
                 if cut == before_cut and not reset:
                     assert is_prefix(before_rendered, built.rendered), (before_at, at)
+                    # In Anthropic's blocks too (turns of one role merged), breakpoints aside.
+                    assert is_prefix(strip_marks(before_body), strip_marks(body))
                 elif cut != before_cut:
                     # It moved because the context from the old cut did not fit, and only then.
                     assert cut.moved_at == at
@@ -191,7 +203,7 @@ def test_each_call_starts_with_the_previous_call_unless_the_cut_moved(
                     builder.stable = before_cut
                     with pytest.raises(CacheOverflow):
                         builder.build()
-            previous = (at, cut, built.rendered)
+            previous = (at, cut, built.rendered, body)
             # The default policy is untouched by the cache-stable fields.
             plain = build_context(store, "s", default, at=at)
             assert "cache_stable" not in plain.to_event().policy and plain.cut is None
