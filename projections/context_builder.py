@@ -5,11 +5,12 @@ timeline compaction plans with."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from turnlog.projections.capping import MIN_CAP, Capped, cap_text
 from turnlog.projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
 from turnlog.projections.context_condensed import CondensedViews, condensed_content
-from turnlog.projections.context_preamble import artifact_notes, index_message
+from turnlog.projections.context_preamble import INDEX_ORDER, artifact_notes, index_message
 from turnlog.projections.context_reader import ContextReader, Row, SummaryRow
 from turnlog.projections.context_types import (
     FILL_MIN,
@@ -385,14 +386,9 @@ class ContextBuilder(ContextReader):
         )
         head = None
         if stable is not None:
-            # The head: the leading messages that stay when the cut moves (retained, the index).
+            # The head: the leading messages that stay when the cut moves (those always kept).
             head = next(
-                (
-                    i
-                    for i, m in enumerate(messages)
-                    if m.order[0] not in retained_versions and m.category != "index"
-                ),
-                len(messages),
+                (i for i, m in enumerate(messages) if m.order[0] not in retained_versions), len(messages)
             )
         built.rendered = render(messages, policy.format, cache_head=head)
         return built
@@ -456,12 +452,15 @@ class ContextBuilder(ContextReader):
 
     def _stable_index(self, stable: StableCut, room: int) -> ContextMessage | None:
         """The artifact index as of the cut's last move (none before the first): artifacts written
-        since are told in notes near their turns (context_preamble.artifact_notes)."""
+        since are told in notes near their turns (context_preamble.artifact_notes). It is placed
+        after the head (system messages, first user message), right before the history: it changes
+        at each move, and the head before it stays cached across moves."""
         if not stable.moved_at:
             return None
         then = copy.copy(self)
         then.at = stable.moved_at
-        return then._index(room)
+        index = then._index(room)
+        return None if index is None else dataclasses.replace(index, order=(stable.cut - 0.5, INDEX_ORDER))
 
     def _stable_summaries(self, stable: StableCut) -> list[SummaryRow]:
         """The summaries active at the cut's last move: a summary recorded since is shown from the

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import integrations, postgres_bench
+from benchlib import cache_bench, integrations, postgres_bench
 from benchlib.config import BUDGET, ROOT, SECTIONS, TURNLOG_VARIANTS, Config
 from benchlib.counting import encoding
 from benchlib.peers import NAMES, peer_class
@@ -40,6 +40,7 @@ MEASURE = {
     "postgres": lambda bench: bench.results.__setitem__(
         "postgres", postgres_bench.run(bench.cfg.quick, bench.log)
     ),
+    "cache": lambda bench: bench.results.__setitem__("cache", cache_bench.run(bench.cfg.quick, bench.log)),
 }
 """Each section's function, by the name ``--only`` takes."""
 
@@ -51,8 +52,10 @@ def render(bench: Bench, command: str) -> str:
     section = integrations.render(adapters, command) if adapters is not None else ""
     server = bench.results.get("postgres")
     pg = postgres_bench.render(server, command) if server is not None else ""
-    alone = [s for s in (section, pg) if s]
-    if set(bench.sections) <= {"integrations", "postgres"}:
+    cache = bench.results.get("cache")
+    prompt_cache = cache_bench.render(cache, command) if cache is not None else ""
+    alone = [s for s in (section, pg, prompt_cache) if s]
+    if set(bench.sections) <= {"integrations", "postgres", "cache"}:
         return "\n\n".join(alone)
     return "\n\n".join([render_report(bench, command), *alone])
 
@@ -101,9 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(text)
-    if sections in (["integrations"], ["postgres"]) and not args.quick and not args.out:
+    if sections in (["integrations"], ["postgres"], ["cache"]) and not args.quick and not args.out:
         # This section alone updates its own part of the results, never the whole file.
-        heading = integrations.HEADING if sections == ["integrations"] else postgres_bench.HEADING
+        heading = {
+            "integrations": integrations.HEADING,
+            "postgres": postgres_bench.HEADING,
+            "cache": cache_bench.HEADING,
+        }[sections[0]]
         integrations.splice(ROOT / "bench-results" / "RESULTS.md", text, heading)
         bench.log("section spliced into bench-results/RESULTS.md")
         return 0

@@ -9,7 +9,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 BENCH_SCRIPT = ROOT / "scripts" / "bench.py"
 BUDGET = 8000
-SECTIONS = ("append", "batch", "load", "size", "quality", "build", "rebuild", "integrations", "postgres")
+SECTIONS = (
+    "append",
+    "batch",
+    "load",
+    "size",
+    "quality",
+    "build",
+    "rebuild",
+    "integrations",
+    "postgres",
+    "cache",
+)
 TURNLOG_VARIANTS = ("turnlog", "turnlog-inline", "turnlog-catchup")
 
 
