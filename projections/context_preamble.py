@@ -112,7 +112,8 @@ def artifact_notes(reader: ContextReader, since: int) -> list[ContextMessage]:
         return []
     with reader.store.reading() as conn:
         newer = conn.execute(
-            "SELECT 1 FROM artifacts WHERE session_id = ? AND position > ? AND position <= ? LIMIT 1",
+            "SELECT 1 FROM artifacts WHERE session_id = ? AND position > ? AND position <= ? "
+            "AND kind = 'artifact' LIMIT 1",
             (reader.sid, since, reader.at),
         ).fetchone()
     if newer is None:

@@ -329,6 +329,7 @@ def audit_(
       turnlog audit chat-1 --by category
       turnlog audit chat-1 --plot spend.png
     """
+    from turnlog.projections.cache_audit import CacheGrouping, cache_audit
     from turnlog.projections.estimates import audit_estimates
 
     if plot is not None:
@@ -337,6 +338,8 @@ def audit_(
     with ctx.read() as store:
         report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
         estimates = audit_estimates(store, session, by)
+        cache_by: CacheGrouping = by if by in ("run", "model") else "session"  # type: ignore[assignment]
+        cache = cache_audit(store, session, cache_by, table_of_prices)
         if plot is not None:
             plot_spend(store, plot, session, table_of_prices)
     rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
@@ -356,11 +359,50 @@ def audit_(
                     "totals": dataclasses.asdict(estimates.totals),
                     "calibration": estimates.calibration,
                 },
+                "cache": {
+                    "by": cache.by,
+                    "rows": [dataclasses.asdict(r) for r in cache.rows],
+                    "totals": dataclasses.asdict(cache.totals),
+                },
             },
             as_json=True,
         )
         return
-    emit(rows, as_json=False, text=_audit_text(report, rows, prices, plot) + _estimates_text(estimates))
+    text = _audit_text(report, rows, prices, plot) + _estimates_text(estimates) + _cache_text(cache)
+    emit(rows, as_json=False, text=text)
+
+
+def _cache_text(cache: Any) -> str:
+    """The prompt cache (projections.cache_audit), when the provider billed cache reads or writes or
+    contexts were built cache-stable."""
+    totals = cache.totals
+    if not (totals.cache_read or totals.cache_write or cache.cache_stable):
+        return ""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    rows = [
+        {
+            cache.by: "TOTAL" if row is totals else (row.key if row.key is not None else "-"),
+            "calls": row.calls,
+            "input": row.input,
+            "cache_read": row.cache_read,
+            "cache_write": row.cache_write,
+            "billed_cached": share(row.billed_share),
+            "contexts": row.contexts,
+            "predicted_cacheable": share(row.predicted_share),
+            "saved": "unknown" if row.saved is None and row.calls else f"${row.saved or 0:,.4f}",
+        }
+        for row in (*cache.rows, totals)
+    ]
+    columns = [cache.by, "calls", "input", "cache_read", "cache_write", "billed_cached", "contexts"]
+    columns += ["predicted_cacheable", "saved"]
+    return (
+        "\n\nprompt cache: input billed as cache reads and writes beside turnlog's predicted cacheable "
+        "share (the leading run each recorded context shares with the previous one), and what the "
+        "cache saved at the model's prices:\n" + table(rows, columns)
+    )
 
 
 def _estimates_text(report: Any) -> str:
