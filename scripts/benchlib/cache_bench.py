@@ -25,10 +25,11 @@ from benchlib.workload import SYSTEM_PROMPT, TOOLS, Workload
 
 HEADING = "## Prompt-cache stability (issue 21)"
 BUDGETS = (4000, 8000)
-STRATEGIES = ("turnlog", "turnlog-cache-stable", "langchain", "openai-agents")
+STRATEGIES = ("turnlog", "turnlog-cache-stable", "turnlog-cache-stable-0.5", "langchain", "openai-agents")
 LABELS = {
     "turnlog": "turnlog default policy",
     "turnlog-cache-stable": "turnlog cache_stable (refill_to 0.6)",
+    "turnlog-cache-stable-0.5": "turnlog cache_stable, refill_to 0.5",
     "langchain": 'LangChain trim_messages(strategy="last")',
     "openai-agents": "OpenAI Agents SDK SessionSettings(limit=N)",
 }
@@ -162,10 +163,12 @@ def history(store: Any, sid: str) -> list[tuple[int, dict[str, Any]]]:
 # -- the strategies ------------------------------------------------------------------------------------
 
 
-def turnlog_contexts(store: Any, sid: str, budget: int, points: list[int], stable: bool) -> list[list[Any]]:
+def turnlog_contexts(
+    store: Any, sid: str, budget: int, points: list[int], stable: bool, refill_to: float = 0.6
+) -> list[list[Any]]:
     from turnlog.projections.context import ContextPolicy, build_context
 
-    policy = ContextPolicy(budget=budget, cache_stable=stable)
+    policy = ContextPolicy(budget=budget, cache_stable=stable, refill_to=refill_to)
     return [build_context(store, sid, policy, at=at).rendered for at in points]
 
 
@@ -334,6 +337,7 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
                 ours = {
                     "turnlog": turnlog_contexts(store, sid, budget, points, stable=False),
                     "turnlog-cache-stable": turnlog_contexts(store, sid, budget, points, stable=True),
+                    "turnlog-cache-stable-0.5": turnlog_contexts(store, sid, budget, points, True, 0.5),
                 }
             except ContextBudgetError:
                 too_big.add(f"{sid} ({group}) at {budget:,}")

@@ -189,11 +189,12 @@ def _text(policy: SessionPolicy) -> str:
         f"max tool tokens:    {policy.max_tool_tokens or '(default)'}",
         f"keep last:          {'(default)' if policy.keep_last is None else policy.keep_last}",
         f"condense at:        {policy.condense_at or 'append (default)'}",
-        f"cache stable:       {'yes' if policy.cache_stable else 'no'}"
-        + (f" (refill to {policy.refill_to:g})" if policy.refill_to is not None else ""),
         "tool output modes:  "
         + (", ".join(f"{tool}={mode}" for tool, mode in modes.items()) or "(all simple)"),
     ]
+    if policy.cache_stable is not None or policy.refill_to is not None:
+        refill = f" (refill to {policy.refill_to:g})" if policy.refill_to is not None else ""
+        lines.append(f"cache stable:       {'yes' if policy.cache_stable else 'no'}{refill}")
     return "\n".join(lines)
 
 
