@@ -30,6 +30,7 @@ from turnlog.store import (
     MessageUnpinned,
     RunFinished,
     RunStarted,
+    SessionRewound,
     SQLiteStore,
     SummaryRecorded,
     ToolCall,
@@ -55,6 +56,7 @@ step = st.one_of(
     st.tuples(st.just("artifact"), st.integers(1, 60)),
     st.tuples(st.just("summary"), st.integers(0, 10**6)),
     st.tuples(st.just("run"), st.booleans()),
+    st.tuples(st.just("rewind"), st.integers(1, 6)),
 )
 
 
@@ -120,13 +122,17 @@ class Session:
                         key=f"{n:064x}",
                     )
                 ]
+        elif kind == "rewind":
+            head = self.store.head_version(self.sid)
+            if head > arg + 4:
+                events = [SessionRewound(to_version=head - arg)]
         elif kind == "run":
             events = [RunFinished(run_id="r") if self.run_open else RunStarted(run_id="r")]
             self.run_open = not self.run_open
         if not events:
             return
         records = self.store.append(self.sid, events)
-        if kind in ("pin", "unpin"):
+        if kind in ("pin", "unpin", "rewind"):
             self.resets.append(records[0].position)
         self.messages += [r.event_id for r in records if isinstance(r.event, MessageAppended)]
 
@@ -498,3 +504,38 @@ def test_the_session_policy_makes_contexts_cache_stable(tmp_path: Path) -> None:
     assert sum(not c["dropped"] for c in calls) >= len(calls) - 6
     bad = runner.invoke(cli, ["--db", str(db), "policy", "s", "--refill-to", "2", "--json"])
     assert bad.exit_code == 2
+
+
+def test_a_fork_folds_its_own_calls_from_the_shared_prefix(store: SQLiteStore) -> None:
+    from turnlog.actions import fork_session
+
+    session = Session(store)
+    for i in range(20):
+        session.apply("call", [250 + i])
+    policy = ContextPolicy(budget=2500, cache_stable=True)
+    fork_session(store, "s", store.head_version("s") - 6, "f")
+    fork = Session.__new__(Session)
+    fork.store, fork.sid, fork.messages, fork.pinned, fork.resets, fork.n, fork.run_open = (
+        store,
+        "f",
+        [],
+        [],
+        [],
+        100,
+        False,
+    )
+    for _ in range(10):
+        fork.apply("call", [300])
+    points = calls_of(store, "f")
+    # The fork's calls: those of the shared prefix (at the parent's positions), then its own.
+    own = [at for at in points if store.version_at("f", at) > 0]
+    assert len(own) == 10 and len(points) > len(own)
+    builds = [build_context(store, "f", policy, at=at) for at in own]
+    assert all(b.total_tokens <= 2500 for b in builds)
+    # Shared calls get the parent's cuts; the fork's own calls keep the prefix between moves.
+    for at in calls_of(store, "s"):
+        if at in points:
+            assert stable_cut(store, "f", policy, at) == stable_cut(store, "s", policy, at)
+    moves = sum(a.cut != b.cut for a, b in itertools.pairwise(builds))
+    kept = sum(is_prefix(a.rendered, b.rendered) for a, b in itertools.pairwise(builds))
+    assert kept >= len(builds) - 1 - moves
