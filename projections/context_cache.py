@@ -30,7 +30,7 @@ from turnlog.projections.context_types import (
 )
 from turnlog.projections.registry import materializer
 from turnlog.projections.store_cache import StoreCache
-from turnlog.store import Store
+from turnlog.store import RecordedEvent, Store
 
 
 @dataclass
@@ -43,6 +43,10 @@ class _Fold:
     """The positions of the calls folded (the position before each assistant message), ascending."""
     cuts: list[StableCut] = field(default_factory=list)
     """The cut after each of them."""
+    events: dict[int, RecordedEvent] = field(default_factory=dict)
+    """The session's events its builds read, by version (a version's event never changes): each is
+    parsed once for the whole fold rather than once a build. Those below the cut are dropped when
+    it moves."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -53,9 +57,13 @@ def stable_cut(store: Store, session_id: str, policy: ContextPolicy, at: int) ->
     """The cut after the session's last call at or before position ``at`` (the start when none)."""
     fold = _fold_for(store, session_id, policy)
     with fold.lock:
-        _advance(store, session_id, policy, fold, at)
-        i = bisect.bisect_right(fold.points, at)
-        return fold.cuts[i - 1] if i else StableCut()
+        return _cut_at(store, session_id, policy, fold, at)
+
+
+def _cut_at(store: Store, session_id: str, policy: ContextPolicy, fold: _Fold, at: int) -> StableCut:
+    _advance(store, session_id, policy, fold, at)
+    i = bisect.bisect_right(fold.points, at)
+    return fold.cuts[i - 1] if i else StableCut()
 
 
 def build_stable(
@@ -63,8 +71,10 @@ def build_stable(
 ) -> BuiltContext:
     """The cache-stable context as of ``at``: from the cut of the last call at or before it, moved
     if the context from there does not fit (as the fold moves it at a call)."""
-    before = stable_cut(store, session_id, policy, at)
-    return _step(store, session_id, policy, at, head_version, before)[1]
+    fold = _fold_for(store, session_id, policy)
+    with fold.lock:
+        before = _cut_at(store, session_id, policy, fold, at)
+        return _step(store, session_id, policy, at, head_version, before, fold.events)[1]
 
 
 def call_points(store: Store, session_id: str, after: int, through: int) -> list[tuple[int, int]]:
@@ -96,30 +106,40 @@ def _advance(store: Store, session_id: str, policy: ContextPolicy, fold: _Fold, 
         return
     cut = fold.cuts[-1] if fold.cuts else StableCut()
     for position, head in call_points(store, session_id, fold.through, at):
-        cut = _step(store, session_id, policy, position, head, cut)[0]
+        before, cut = cut, _step(store, session_id, policy, position, head, cut, fold.events)[0]
+        if cut.cut != before.cut:
+            retained = {v: e for v, e in fold.events.items() if v >= cut.cut}
+            fold.events.clear()
+            fold.events.update(retained)
         fold.points.append(position)
         fold.cuts.append(cut)
     fold.through = at if fold.points and fold.points[-1] == at else at - 1
 
 
 def _step(
-    store: Store, session_id: str, policy: ContextPolicy, at: int, head: int, cut: StableCut
+    store: Store,
+    session_id: str,
+    policy: ContextPolicy,
+    at: int,
+    head: int,
+    cut: StableCut,
+    events: dict[int, RecordedEvent],
 ) -> tuple[StableCut, BuiltContext]:
     """One step of the fold at ``at``: the cut kept if the context from it fits, else moved; and
     the context built from it."""
     try:
-        return cut, _build(store, session_id, policy, at, head, cut)
+        return cut, _build(store, session_id, policy, at, head, cut, events)
     except CacheOverflow:
         pass
     moved = StableCut(_refill_start(store, session_id, policy, at, head, policy.refill_to), at, head)
     try:
-        return moved, _build(store, session_id, policy, at, head, moved)
+        return moved, _build(store, session_id, policy, at, head, moved, events)
     except CacheOverflow:
         # What fills refill_to of the budget did not fit the whole of it as a cache-stable build
         # shows it (its index is cut by another rule): start where the default policy would.
         moved = StableCut(_refill_start(store, session_id, policy, at, head, 1.0), at, head)
     try:
-        return moved, _build(store, session_id, policy, at, head, moved)
+        return moved, _build(store, session_id, policy, at, head, moved, events)
     except CacheOverflow:  # pragma: no cover - the default build fitted from there
         raise ContextBudgetError(
             f"session {session_id!r} at position {at}: no cache-stable context fits the budget of "
@@ -128,9 +148,16 @@ def _step(
 
 
 def _build(
-    store: Store, session_id: str, policy: ContextPolicy, at: int, head: int, cut: StableCut
+    store: Store,
+    session_id: str,
+    policy: ContextPolicy,
+    at: int,
+    head: int,
+    cut: StableCut,
+    events: dict[int, RecordedEvent],
 ) -> BuiltContext:
     builder = ContextBuilder(store, session_id, policy, at, head)
+    builder.events = events  # read-only use: a build only adds the events it loads
     builder.stable = cut
     return builder.build()
 
