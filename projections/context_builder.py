@@ -52,6 +52,9 @@ class ContextBuilder(ContextReader):
     and what it does not fit raises CacheOverflow instead of being left out."""
     start: int = 0
     """After a build: the version its history starts from (the oldest kept unit or summary)."""
+    previous_head: int | None = None
+    """Cache-stable: the head version of the previous call, when the cut has not moved since (the
+    end of what it sent is marked as an Anthropic breakpoint)."""
 
     # -- rendering of one unit ----------------------------------------------------------------
 
@@ -390,7 +393,11 @@ class ContextBuilder(ContextReader):
             head = next(
                 (i for i, m in enumerate(messages) if m.order[0] not in retained_versions), len(messages)
             )
-        built.rendered = render(messages, policy.format, cache_head=head)
+        sent_before = None
+        if stable is not None and self.previous_head is not None:
+            limit = self.previous_head + 0.5  # a note sits half a version after its artifact
+            sent_before = next((i for i, m in enumerate(messages) if m.order[0] > limit), len(messages))
+        built.rendered = render(messages, policy.format, cache_head=head, cache_previous=sent_before)
         return built
 
     def timeline(self) -> list[Block]:

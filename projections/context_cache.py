@@ -17,6 +17,7 @@ reached: a warm build folds only the calls made since."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from dataclasses import dataclass, field
 
@@ -40,6 +41,8 @@ class _Fold:
     through: int = 0
     """The log position up to which the session's calls were folded."""
     points: list[int] = field(default_factory=list)
+    heads: list[int] = field(default_factory=list)
+    """The session's head version at each of them."""
     """The positions of the calls folded (the position before each assistant message), ascending."""
     cuts: list[StableCut] = field(default_factory=list)
     """The cut after each of them."""
@@ -74,7 +77,13 @@ def build_stable(
     fold = _fold_for(store, session_id, policy)
     with fold.lock:
         before = _cut_at(store, session_id, policy, fold, at)
-        return _step(store, session_id, policy, at, head_version, before, fold.events)[1]
+        # The call before this one, if the cut has not moved since: the end of what it sent is
+        # marked too (a cache lookup walks back a limited number of blocks from a breakpoint).
+        j = bisect.bisect_left(fold.points, at) - 1
+        previous = fold.heads[j] if j >= 0 else None
+        if j >= 0 and fold.cuts[j] != before:
+            previous = None
+        return _step(store, session_id, policy, at, head_version, before, fold.events, previous)[1]
 
 
 def call_points(store: Store, session_id: str, after: int, through: int) -> list[tuple[int, int]]:
@@ -106,12 +115,16 @@ def _advance(store: Store, session_id: str, policy: ContextPolicy, fold: _Fold, 
         return
     cut = fold.cuts[-1] if fold.cuts else StableCut()
     for position, head in call_points(store, session_id, fold.through, at):
-        before, cut = cut, _step(store, session_id, policy, position, head, cut, fold.events)[0]
+        before = cut
+        # A call no context fitted (its kept messages alone are over the budget) leaves the cut.
+        with contextlib.suppress(ContextBudgetError):
+            cut = _step(store, session_id, policy, position, head, cut, fold.events)[0]
         if cut.cut != before.cut:
             retained = {v: e for v, e in fold.events.items() if v >= cut.cut}
             fold.events.clear()
             fold.events.update(retained)
         fold.points.append(position)
+        fold.heads.append(head)
         fold.cuts.append(cut)
     fold.through = at if fold.points and fold.points[-1] == at else at - 1
 
@@ -124,11 +137,13 @@ def _step(
     head: int,
     cut: StableCut,
     events: dict[int, RecordedEvent],
+    previous: int | None = None,
 ) -> tuple[StableCut, BuiltContext]:
     """One step of the fold at ``at``: the cut kept if the context from it fits, else moved; and
-    the context built from it."""
+    the context built from it (``previous``: the head version of the call before, when the cut has
+    not moved since)."""
     try:
-        return cut, _build(store, session_id, policy, at, head, cut, events)
+        return cut, _build(store, session_id, policy, at, head, cut, events, previous)
     except CacheOverflow:
         pass
     moved = StableCut(_refill_start(store, session_id, policy, at, head, policy.refill_to), at, head)
@@ -155,10 +170,12 @@ def _build(
     head: int,
     cut: StableCut,
     events: dict[int, RecordedEvent],
+    previous: int | None = None,
 ) -> BuiltContext:
     builder = ContextBuilder(store, session_id, policy, at, head)
     builder.events = events  # read-only use: a build only adds the events it loads
     builder.stable = cut
+    builder.previous_head = previous
     return builder.build()
 
 

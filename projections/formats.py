@@ -18,15 +18,22 @@ EPHEMERAL = {"type": "ephemeral"}
 """Anthropic's cache breakpoint marker (the default five-minute lifetime)."""
 
 
-def render(messages: Sequence[ContextMessage], fmt: str, *, cache_head: int | None = None) -> Any:
+def render(
+    messages: Sequence[ContextMessage],
+    fmt: str,
+    *,
+    cache_head: int | None = None,
+    cache_previous: int | None = None,
+) -> Any:
     """The messages in format ``fmt`` (``openai``, ``anthropic`` or ``text``). ``cache_head`` (a
-    cache-stable build: how many leading messages are its head): Anthropic's format marks its cache
+    cache-stable build: how many leading messages are its head) and ``cache_previous`` (how many
+    the previous call sent, when this one starts with them): Anthropic's format marks its cache
     breakpoints (see :func:`mark_cache`)."""
     if fmt == "openai":
         return [to_openai(m) for m in messages]
     if fmt == "anthropic":
         body = to_anthropic(messages)
-        return body if cache_head is None else mark_cache(body, messages, cache_head)
+        return body if cache_head is None else mark_cache(body, messages, cache_head, cache_previous)
     if fmt == "text":
         return to_text(messages)
     raise ValueError(f"unknown format {fmt!r}")
@@ -99,12 +106,17 @@ def to_anthropic(messages: Sequence[ContextMessage]) -> dict[str, Any]:
     return {"system": "\n\n".join(system), "messages": turns}
 
 
-def mark_cache(body: dict[str, Any], messages: Sequence[ContextMessage], head: int) -> dict[str, Any]:
+def mark_cache(
+    body: dict[str, Any], messages: Sequence[ContextMessage], head: int, previous: int | None = None
+) -> dict[str, Any]:
     """An Anthropic body with ``cache_control`` breakpoints for a cache-stable context: on the last
     block of the last message (the next call starts with all of this one unless the cut moves, so
     it reads it all from the cache) and at the end of the head (system, the artifact index, the
     first user message and what else comes before the history: it stays when the cut moves, so a
-    call after a move still reads it from the cache). Two of Anthropic's four; never on an empty
+    call after a move still reads it from the cache); and, given ``previous`` (how many leading
+    messages the previous call sent, this one starting with them), at the end of those: Anthropic
+    looks for a cached prefix only a limited number of blocks (20) back from a breakpoint, and one
+    turn of many parallel tool calls adds more. At most three of Anthropic's four; never on an empty
     text block, which cannot carry one. A prefix shorter than the model's minimum (1,024 tokens on
     most models) is simply not cached: the marker costs nothing then."""
     if body["system"]:
@@ -116,9 +128,9 @@ def mark_cache(body: dict[str, Any], messages: Sequence[ContextMessage], head: i
     last = _last_markable(turns, len(turns))
     if last is not None:
         marks.append(last)
-    end = _head_end(body, messages, head)
-    if end is not None and all(end is not m for m in marks):
-        marks.append(end)
+    for end in (_head_end(body, messages, head), _head_end(body, messages, previous or 0)):
+        if end is not None and all(end is not m for m in marks):
+            marks.append(end)
     if not marks:
         return body
     for block in marks[:MAX_BREAKPOINTS]:

@@ -427,6 +427,14 @@ def test_anthropic_breakpoints_mark_the_end_and_the_head(store: SQLiteStore) -> 
     # Without cache_stable: no markers, the system prompt a string, as before.
     plain = build_context(store, "s", ContextPolicy(budget=3000, format="anthropic")).rendered
     assert marks(plain) == [] and isinstance(plain["system"], str)
+    # Between moves the end of the previous call's body is marked again (Anthropic looks back only
+    # 20 blocks from a breakpoint for a cached prefix); after a move it is not.
+    cuts = [stable_cut(store, "s", policy, at) for at in points]
+    for i in range(1, len(bodies)):
+        before = bodies[i - 1]["messages"]
+        end = (len(before) - 1, len(before[-1]["content"]) - 1)
+        assert (end in marks(bodies[i])) == (cuts[i] == cuts[i - 1]), i
+        assert len(marks(bodies[i])) <= 3
     # Between moves each body starts with the previous one, markers aside.
     stripped = [strip_marks(b) for b in bodies]
     prefixes = sum(is_prefix(a, b) for a, b in itertools.pairwise(stripped))
