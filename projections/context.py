@@ -10,6 +10,7 @@ build), context_capping (notices and the per-store cache); this module is the pu
 from __future__ import annotations
 
 from turnlog.projections.context_builder import ContextBuilder
+from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_index import ContextIndex
 from turnlog.projections.context_types import (
     FILL_MIN,
@@ -55,12 +56,19 @@ def build_context(
     if head_version == 0:
         raise StoreError(f"session {session_id!r} has no events at or before position {at}")
     if policy.calibrate:
+        if policy.cache_stable:
+            raise StoreError(
+                "a cache-stable context cannot be calibrated (its cut is folded over the session's "
+                "calls with one budget): give the calibrated budget itself"
+            )
         policy = _calibrated(store, session_id, policy, at, model)
     # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
     # a read (SQLite's nested readings share its transaction the same way).
     with store.reading():
-        builder = ContextBuilder(store, session_id, policy, at, head_version)
-        built = builder.build()
+        if policy.cache_stable:
+            built = build_stable(store, session_id, policy, at, head_version)
+        else:
+            built = ContextBuilder(store, session_id, policy, at, head_version).build()
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built

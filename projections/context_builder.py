@@ -4,10 +4,13 @@ timeline compaction plans with."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 from turnlog.projections.capping import MIN_CAP, Capped, cap_text
 from turnlog.projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
 from turnlog.projections.context_condensed import CondensedViews, condensed_content
-from turnlog.projections.context_preamble import index_message
+from turnlog.projections.context_preamble import INDEX_ORDER, artifact_notes, index_message
 from turnlog.projections.context_reader import ContextReader, Row, SummaryRow
 from turnlog.projections.context_types import (
     FILL_MIN,
@@ -17,9 +20,11 @@ from turnlog.projections.context_types import (
     PRIME_TOKENS,
     Block,
     BuiltContext,
+    CacheOverflow,
     Category,
     ContextBudgetError,
     ContextMessage,
+    StableCut,
     message_cost,
     tool_output_cost,
 )
@@ -33,11 +38,23 @@ from turnlog.store import (
     ToolReturned,
 )
 
+STABLE_NOTICE_RESERVE = 64
+"""Under a cache-stable policy, the room the artifact index leaves for the omission notice: a fixed
+figure, so the index is cut the same way on every call between two cut moves."""
+
 
 class ContextBuilder(ContextReader):
     """One build of one session as of one position under one policy."""
 
     _views: CondensedViews | None = None
+    stable: StableCut | None = None
+    """Set for a cache-stable build (projections.context_cache): the history starts at its cut,
+    and what it does not fit raises CacheOverflow instead of being left out."""
+    start: int = 0
+    """After a build: the version its history starts from (the oldest kept unit or summary)."""
+    previous_head: int | None = None
+    """Cache-stable: the head version of the previous call, when the cut has not moved since (the
+    end of what it sent is marked as an Anthropic breakpoint)."""
 
     # -- rendering of one unit ----------------------------------------------------------------
 
@@ -165,7 +182,7 @@ class ContextBuilder(ContextReader):
         content, mode, tokens, shown = event.content, "full", full, None
         condensed = None
         if cap is not None and row.tokens > cap:
-            condensed = self._condensed(record, event, cap)
+            condensed = self._condensed(record, event, cap, row.version)
         if condensed is not None:
             id_tokens = self.tok.count(event.tool_call_id)
             content, mode, shown = condensed.text, "condensed", condensed.shown_tokens
@@ -196,12 +213,12 @@ class ContextBuilder(ContextReader):
             shown_tokens=shown,
         )
 
-    def _condensed(self, record: RecordedEvent, event: ToolReturned, cap: int) -> Capped | None:
+    def _condensed(self, record: RecordedEvent, event: ToolReturned, cap: int, version: int) -> Capped | None:
         """The condensed view of an output over the cap that the effective mode asks for, if made."""
         if self._views is None:
             self._views = CondensedViews(self.store, self.sid, self.at, self.policy.tool_output_modes)
         view = self._views.wanted(record.event_id, event.tool_name)
-        if view is None:
+        if view is None or not self._view_is_stable(view.version, version):
             return None
         self._load([view.version])
         stored = self.events[view.version].event
@@ -211,10 +228,26 @@ class ContextBuilder(ContextReader):
             self.store, stored, view.event_id, ref, is_artifact=event.artifact_id is not None, cap=cap
         )
 
+    def _view_is_stable(self, view_version: int, output_version: int) -> bool:
+        """Under a cache-stable policy a view replaces the simple cap only where that moves no
+        prefix: made by the time the output was first sent (before the next assistant message), or
+        folded in at a cut move since."""
+        stable = self.stable
+        if stable is None or view_version <= stable.moved_head:
+            return True
+        with self.store.reading() as conn:
+            row = conn.execute(
+                "SELECT MIN(version) FROM ctx_messages WHERE session_id = ? AND role = 'assistant' "
+                "AND version > ? AND version <= ?",
+                (self.sid, output_version, self.head_version),
+            ).fetchone()
+        return row[0] is None or view_version < row[0]
+
     # -- the build ----------------------------------------------------------------------------
 
     def build(self) -> BuiltContext:
         policy = self.policy
+        stable = self.stable
         retained_rows, pinned = self._retained()
         retained_versions = {r.version for r in retained_rows}
         open_run = self._open_run_start()
@@ -241,7 +274,16 @@ class ContextBuilder(ContextReader):
                 "raise the budget or unpin messages"
             )
         # The artifact index comes next: before any message that is not always kept.
-        index = self._index(policy.budget - used - reserve)
+        if stable is None:
+            index = self._index(policy.budget - used - reserve)
+        else:
+            # Within what the build at the cut's move gave it (refill_to of the budget), whatever
+            # the history's length now: the same index on every call until the next move.
+            refill = int(policy.budget * policy.refill_to)
+            index = self._stable_index(stable, min(refill // 2, refill - used - STABLE_NOTICE_RESERVE))
+            for note in artifact_notes(self, stable.moved_at):
+                messages.append(note)
+                used += note.tokens
         if index is not None:
             messages.append(index)
             used += index.tokens
@@ -254,10 +296,17 @@ class ContextBuilder(ContextReader):
             # The rows the budget left can hold, at the session's tokens per message: the walk's
             # second chunk reads about that many (one round trip more, not a doubling chain).
             self.expected_rows = int(remaining * total_messages / total_tokens)
-        for item in self._walk_back(retained_versions, self._active_summaries()):
+        summaries = self._active_summaries() if stable is None else self._stable_summaries(stable)
+        for item in self._walk_back(retained_versions, summaries):
+            first = item.first if isinstance(item, SummaryRow) else item.version
+            if stable is not None and first < stable.cut:
+                exhausted = False  # the history starts at the cut
+                break
             if isinstance(item, SummaryRow):
                 shown = self._summary_message(item)
                 if shown.tokens > remaining:
+                    if stable is not None:
+                        raise CacheOverflow
                     exhausted = False
                     break
                 kept.append((item.first, [shown]))
@@ -270,7 +319,10 @@ class ContextBuilder(ContextReader):
                 continue
             returns = pending.pop(row.version, [])
             in_open_run = open_run is not None and row.version > open_run
-            tool_cap = None if (in_open_run and not policy.cap_open_run) else policy.max_tool_tokens
+            # Under cache_stable an open run's outputs are capped as they will stay: re-capping them
+            # when the run closes would move the prefix.
+            whole = in_open_run and not policy.cap_open_run and stable is None
+            tool_cap = None if whole else policy.max_tool_tokens
             unit = self._unit(
                 row, returns, category=None, tool_cap=tool_cap, message_cap=policy.max_message_tokens
             )
@@ -285,6 +337,8 @@ class ContextBuilder(ContextReader):
                 )
                 cost = sum(m.tokens for m in unit)
             if cost > remaining:
+                if stable is not None:
+                    raise CacheOverflow
                 exhausted = False
                 squeezed = self._squeeze(row, returns, remaining) if policy.fill else None
                 if squeezed is not None:
@@ -307,6 +361,8 @@ class ContextBuilder(ContextReader):
             notice = self._notice_message(omitted_messages, omitted_tokens, oldest_kept, room)
             if notice is not None:
                 break
+            if stable is not None:
+                raise CacheOverflow
             if not kept:
                 raise ContextBudgetError(
                     f"the messages that are always kept (system, first user message, pinned) leave "
@@ -314,6 +370,7 @@ class ContextBuilder(ContextReader):
                     "that says what was left out; raise the budget"
                 )
             kept.pop()  # make room for the notice at the cost of the oldest kept message
+        self.start = kept[-1][0] if kept else self.head_version + 1
         for _, unit in kept:
             messages += unit
         if notice is not None:
@@ -332,8 +389,19 @@ class ContextBuilder(ContextReader):
             messages=messages,
             omitted_messages=omitted_messages,
             omitted_tokens=omitted_tokens,
+            cut=None if stable is None else stable.cut,
         )
-        built.rendered = render(messages, policy.format)
+        head = None
+        if stable is not None:
+            # The head: the leading messages that stay when the cut moves (those always kept).
+            head = next(
+                (i for i, m in enumerate(messages) if m.order[0] not in retained_versions), len(messages)
+            )
+        sent_before = None
+        if stable is not None and self.previous_head is not None:
+            limit = self.previous_head + 0.5  # a note sits half a version after its artifact
+            sent_before = next((i for i, m in enumerate(messages) if m.order[0] > limit), len(messages))
+        built.rendered = render(messages, policy.format, cache_head=head, cache_previous=sent_before)
         return built
 
     def timeline(self) -> list[Block]:
@@ -392,6 +460,27 @@ class ContextBuilder(ContextReader):
             return self.head_version + 1 if first is None else first
 
         return index_message(self, room, before)
+
+    def _stable_index(self, stable: StableCut, room: int) -> ContextMessage | None:
+        """The artifact index as of the cut's last move (none before the first): artifacts written
+        since are told in notes near their turns (context_preamble.artifact_notes). It is placed
+        after the head (system messages, first user message), right before the history: it changes
+        at each move, and the head before it stays cached across moves."""
+        if not stable.moved_at:
+            return None
+        then = copy.copy(self)
+        then.at = stable.moved_at
+        index = then._index(room)
+        return None if index is None else dataclasses.replace(index, order=(stable.cut - 0.5, INDEX_ORDER))
+
+    def _stable_summaries(self, stable: StableCut) -> list[SummaryRow]:
+        """The summaries active at the cut's last move: a summary recorded since is shown from the
+        next move on (one that a rewind undid since is not)."""
+        if not stable.moved_at:
+            return []
+        then = copy.copy(self)
+        then.at = stable.moved_at
+        return then._active_summaries()
 
     def _estimate(self, row: Row) -> int:
         cap = self.policy.max_tool_tokens if row.role == "tool" else self.policy.max_message_tokens

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from turnlog.projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
-from turnlog.projections.artifacts import list_artifacts
+from turnlog.projections.artifacts import ArtifactInfo, list_artifacts
 from turnlog.projections.context_reader import ARTIFACT_WATERMARK, ContextReader
 from turnlog.projections.context_types import PER_MESSAGE, ContextMessage, Mode
 from turnlog.projections.store_cache import StoreCache
@@ -93,6 +93,53 @@ def index_message(
     )
 
 
+NOTE_ORDER = 5
+"""A new-artifact note's place among messages of the same order key."""
+
+
+def artifact_note(lines: list[str]) -> str:
+    """The text of a note that lists artifacts written since the index was last made."""
+    head = "[turnlog: new artifact, not in the index yet; fetch it by its id with artifacts.read]"
+    return "\n".join([head, *lines])
+
+
+def artifact_notes(reader: ContextReader, since: int) -> list[ContextMessage]:
+    """Under a cache-stable policy, the artifacts written after global position ``since`` (the
+    cut's last move, whose index lists the older ones): one short system note per writing event,
+    placed right after it, so that a note, once sent, stays where it was until the next cut move
+    folds it into the index. Tool outputs kept whole are not noted: their capped text names them."""
+    if not reader.policy.index:
+        return []
+    with reader.store.reading() as conn:
+        newer = conn.execute(
+            "SELECT 1 FROM artifacts WHERE session_id = ? AND position > ? AND position <= ? "
+            "AND kind = 'artifact' LIMIT 1",
+            (reader.sid, since, reader.at),
+        ).fetchone()
+    if newer is None:
+        return []
+    by_version: dict[int, list[ArtifactInfo]] = {}
+    for info in list_artifacts(reader.store, reader.sid, reader.at):
+        if info.position > since and info.kind != "tool_output" and not is_own_output(info):
+            by_version.setdefault(info.version, []).append(info)
+    notes = []
+    overhead = PER_MESSAGE + reader.costs["system"]
+    for version, infos in sorted(by_version.items()):
+        text = artifact_note(index_entries(infos))
+        notes.append(
+            ContextMessage(
+                role="system",
+                content=text,
+                tokens=overhead + reader.tok.count(text),
+                mode="notice",
+                category="index",
+                event_ids=tuple(dict.fromkeys(info.event_id for info in infos)),
+                order=(version + 0.5, NOTE_ORDER),
+            )
+        )
+    return notes
+
+
 def _watermark(reader: ContextReader) -> _Key | None:
     """What the index as of the build depends on: the newest artifact row at or before the build's
     position (rows are only ever added), and the ranges not live then. None: no artifacts."""
@@ -140,4 +187,11 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
     return _CUTS.put(reader.store, (key, limit), (result,))[0]
 
 
-__all__ = ["INDEX_ORDER", "index_message", "preamble_header", "preamble_omitted"]
+__all__ = [
+    "INDEX_ORDER",
+    "artifact_note",
+    "artifact_notes",
+    "index_message",
+    "preamble_header",
+    "preamble_omitted",
+]

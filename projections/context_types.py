@@ -35,6 +35,24 @@ class ContextBudgetError(StoreError):
     """The messages that must always be kept do not fit the budget."""
 
 
+class CacheOverflow(Exception):
+    """Internal: under a cache-stable policy, the context from the current cut does not fit."""
+
+
+@dataclass(frozen=True, slots=True)
+class StableCut:
+    """Where a cache-stable build's history starts, as the fold over the session's calls left it
+    (projections.context_cache)."""
+
+    cut: int = 1
+    """The oldest session version the history may start from."""
+    moved_at: int = 0
+    """The log position of the call at which the cut last moved (0: never). Summaries, the
+    artifact index and condensed views are as of then: they change only when the cut moves."""
+    moved_head: int = 0
+    """The session's head version at ``moved_at``."""
+
+
 class ContextPolicy(BaseModel):
     """How a context is built."""
 
@@ -66,6 +84,13 @@ class ContextPolicy(BaseModel):
     build's ``model`` (projections.estimates), so that what is sent stays within ``budget`` real
     tokens. The same position gives the same ratio: a replay builds the same context. Without such
     usage (or for a model counted exactly) the budget is used as it is."""
+    cache_stable: bool = False
+    """Keep the provider's prompt cache warm: each call's context starts with the previous call's
+    context unchanged while the budget allows; when it does not, the history's start (the cut)
+    moves once, far enough to leave the context at about ``refill_to`` of the budget, and stays
+    there until the budget is exceeded again (projections.context_cache)."""
+    refill_to: float = Field(default=0.6, gt=0, le=1)
+    """Under ``cache_stable``: the share of the budget a context is left at when the cut moves."""
 
 
 @dataclass(slots=True)
@@ -101,6 +126,8 @@ class BuiltContext:
     omitted_messages: int
     omitted_tokens: int
     rendered: Any = field(default=None)
+    cut: int | None = None
+    """Under a cache-stable policy: the oldest session version the history may start from."""
 
     @functools.cached_property
     def entries(self) -> tuple[ManifestEntry, ...]:
@@ -127,9 +154,9 @@ class BuiltContext:
             "total_tokens": self.total_tokens,
             "omitted_messages": self.omitted_messages,
             "omitted_tokens": self.omitted_tokens,
-            "policy": self.policy.model_dump(),
+            "policy": _policy_dump(self.policy),
             "entries": [e.model_dump() for e in self.entries],
-        }
+        } | ({} if self.cut is None else {"cut": self.cut})
 
     def to_event(self, *, run_id: str | None = None, model: str | None = None) -> ContextBuilt:
         """The ``context_built`` event recording this build."""
@@ -144,6 +171,7 @@ class BuiltContext:
             entries=self.entries,
             run_id=run_id,
             model=model,
+            cut=self.cut,
         )
 
 
@@ -193,10 +221,20 @@ def role_costs(tok: Tokenizer) -> dict[str, int]:
     return _costs_for(tok.name, tok)
 
 
-def _policy_payload(policy: ContextPolicy) -> dict[str, Any]:
-    """A policy as a manifest records it (``calibrate`` only when set, so manifests of builds
-    without it read as before)."""
+def _policy_dump(policy: ContextPolicy) -> dict[str, Any]:
+    """A policy as JSON data (the cache-stable fields only when set: the default policy's output
+    reads as before)."""
     data = policy.model_dump()
+    if not data.get("cache_stable"):
+        data.pop("cache_stable", None)
+        data.pop("refill_to", None)
+    return data
+
+
+def _policy_payload(policy: ContextPolicy) -> dict[str, Any]:
+    """A policy as a manifest records it (``calibrate`` and the cache-stable fields only when set,
+    so manifests of builds without them read as before)."""
+    data = _policy_dump(policy)
     if not data.get("calibrate"):
         data.pop("calibrate", None)
     return data

@@ -304,6 +304,8 @@ class ContextBuilt(EventModel):
     """The run the model call belongs to."""
     model: str | None = None
     """The model it was built for, if known."""
+    cut: Position | None = None
+    """Under a cache-stable policy: the oldest session version the history could start from."""
 
 
 class SummarizerInfo(ValueModel):

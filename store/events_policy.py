@@ -64,6 +64,12 @@ class SessionPolicy(ValueModel):
     condense_at: Literal["append", "run_end"] | None = None
     """When auto and custom outputs are made: right after the output is appended (the default), or
     when the run finishes."""
+    cache_stable: bool | None = None
+    """Build the session's contexts cache-stable (``ContextPolicy(cache_stable=True)``): each call's
+    context starts with the previous one's while the budget allows, for the provider's prompt cache."""
+    refill_to: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Under ``cache_stable``: the share of the budget a context is left at when its start moves
+    (default 0.6)."""
 
     def mode_for(self, tool_name: str | None) -> str:
         """The output mode of a tool (``simple`` unless the policy says otherwise)."""

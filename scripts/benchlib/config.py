@@ -20,6 +20,7 @@ SECTIONS = (
     "integrations",
     "postgres",
     "startup",
+    "cache",
 )
 TURNLOG_VARIANTS = ("turnlog", "turnlog-inline", "turnlog-catchup")
 

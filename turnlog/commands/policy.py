@@ -54,6 +54,22 @@ def modes_option(help: str) -> Callable[[F], F]:
     return click.option("--tool-output-mode", "tool_modes", type=TOOL_MODE, multiple=True, help=help)
 
 
+def cache_stable_options(help: str) -> Callable[[F], F]:
+    """``--cache-stable/--no-cache-stable`` and ``--refill-to F`` (unset: the session policy's)."""
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--refill-to",
+            type=click.FloatRange(0, 1, min_open=True),
+            metavar="F",
+            help="With --cache-stable: the share of the budget a context is left at when its start "
+            "moves (default 0.6).",
+        )(command)
+        return click.option("--cache-stable/--no-cache-stable", default=None, help=help)(command)
+
+    return decorate
+
+
 def as_modes(pairs: Sequence[tuple[str, str]]) -> dict[str, str] | None:
     """The repeated ``TOOL=MODE`` options as a mapping (the last one of a tool wins); None when none."""
     return dict(pairs) if pairs else None
@@ -87,6 +103,10 @@ def as_modes(pairs: Sequence[tuple[str, str]]) -> dict[str, str] | None:
     type=click.Choice(["append", "run_end"]),
     help="Make auto/custom views right after the output is appended (default) or when the run finishes.",
 )
+@cache_stable_options(
+    "Build the session's contexts cache-stable: each call's context starts with the previous one's "
+    "while the budget allows (for the provider's prompt cache)."
+)
 @click.option("--reset", is_flag=True, help="Start from an empty policy instead of the current one.")
 @json_option
 @pass_ctx
@@ -100,6 +120,8 @@ def policy(
     keep_last: int | None,
     tool_modes: tuple[tuple[str, str], ...],
     condense_at: str | None,
+    cache_stable: bool | None,
+    refill_to: float | None,
     reset: bool,
     as_json: bool,
 ) -> None:
@@ -114,6 +136,7 @@ def policy(
     Examples:
       turnlog policy chat-1 --compact-on-run-end --budget 8000 --summarizer extractive
       turnlog policy chat-1 --tool-output-mode search=auto --tool-output-mode default=simple
+      turnlog policy chat-1 --budget 8000 --cache-stable --refill-to 0.6
       turnlog policy chat-1
     """
     from turnlog.loop import get_policy, set_policy
@@ -126,6 +149,8 @@ def policy(
         "keep_last": keep_last,
         "tool_output_modes": as_modes(tool_modes),
         "condense_at": condense_at,
+        "cache_stable": cache_stable,
+        "refill_to": refill_to,
     }
     given = {k: v for k, v in fields.items() if v is not None}
     if given or reset:
@@ -167,6 +192,9 @@ def _text(policy: SessionPolicy) -> str:
         "tool output modes:  "
         + (", ".join(f"{tool}={mode}" for tool, mode in modes.items()) or "(all simple)"),
     ]
+    if policy.cache_stable is not None or policy.refill_to is not None:
+        refill = f" (refill to {policy.refill_to:g})" if policy.refill_to is not None else ""
+        lines.append(f"cache stable:       {'yes' if policy.cache_stable else 'no'}{refill}")
     return "\n".join(lines)
 
 
@@ -189,6 +217,25 @@ def _warn_unknown_names(policy: SessionPolicy) -> None:
             "records a compaction_failed event where it runs without them",
             err=True,
         )
+
+
+def cache_defaults(
+    store: Store, session: str, cache_stable: bool | None, refill_to: float | None
+) -> dict[str, Any]:
+    """The ContextPolicy fields of ``--cache-stable`` and ``--refill-to``, the session policy's
+    where they are not given."""
+    given = refill_to
+    if cache_stable is None or (cache_stable and refill_to is None):
+        from turnlog.projections.runtime import session_policy
+
+        stored = session_policy(store, session)
+        cache_stable = bool(stored.cache_stable) if cache_stable is None else cache_stable
+        refill_to = refill_to if refill_to is not None else stored.refill_to
+    if not cache_stable:
+        if given is not None:
+            raise click.UsageError("--refill-to is for cache-stable contexts: add --cache-stable")
+        return {}
+    return {"cache_stable": True} | ({} if refill_to is None else {"refill_to": refill_to})
 
 
 def policy_defaults(

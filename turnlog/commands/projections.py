@@ -11,7 +11,13 @@ import click
 
 from turnlog.actions import write_todos
 from turnlog.cli_group import _Context, cli, pass_ctx
-from turnlog.commands.policy import as_modes, modes_option, policy_defaults
+from turnlog.commands.policy import (
+    as_modes,
+    cache_defaults,
+    cache_stable_options,
+    modes_option,
+    policy_defaults,
+)
 from turnlog.output import (
     at_option,
     check_json_depth,
@@ -73,6 +79,10 @@ from turnlog.projections.todos import current_todos, render_checklist, todo_hist
     help="Divide the budget by MODEL's billed ÷ estimated ratio as of the build position "
     "(for a model whose tokenizer is not the store's; see `turnlog audit`).",
 )
+@cache_stable_options(
+    "Keep the prompt cache warm: the context starts with the previous call's unchanged while the "
+    "budget allows, and its start moves only when it must (default: the session policy's)."
+)
 @json_option
 @pass_ctx
 def context(
@@ -89,6 +99,8 @@ def context(
     manifest: bool,
     record: bool,
     calibrate_for: str | None,
+    cache_stable: bool | None,
+    refill_to: float | None,
     as_json: bool,
 ) -> None:
     """Build the context to send to the model for SESSION under a token budget.
@@ -98,13 +110,19 @@ def context(
     messages. Tool calls stay with their results; outputs are capped by tokens. The openai and
     anthropic formats print JSON; text is for people.
 
+    With --cache-stable, each call's context starts with the previous call's context, byte for
+    byte, until the budget is exceeded; then its start moves once, leaving it at --refill-to of the
+    budget. --format anthropic then marks cache_control breakpoints.
+
     \b
     Examples:
       turnlog context chat-1 --budget 8000 --format anthropic --manifest
       turnlog context chat-1 --budget 8000 --format text --no-index
+      turnlog context chat-1 --budget 8000 --cache-stable --format anthropic
     """
     with ctx.open() if record else ctx.read() as store:
         budget, max_tool_tokens = policy_defaults(store, session, budget, max_tool_tokens)
+        cache = cache_defaults(store, session, cache_stable, refill_to)
         policy = ContextPolicy(
             budget=budget,
             max_tool_tokens=max_tool_tokens,
@@ -114,6 +132,7 @@ def context(
             tool_output_modes=as_modes(tool_modes),
             index=index,
             calibrate=calibrate_for is not None,
+            **cache,
         )
         built = build_context(store, session, policy, at=at, record=record, model=calibrate_for)
     if fmt == "text" and not as_json:
@@ -142,6 +161,8 @@ def _manifest_table(manifest: dict[str, Any]) -> str:
     head = f"{manifest['total_tokens']:,} of {manifest['budget']:,} tokens ({manifest['tokenizer']})"
     if manifest["omitted_messages"] is not None:  # None: a manifest alone does not say
         head += f", {manifest['omitted_messages']:,} messages left out"
+    if manifest.get("cut") is not None:
+        head += f"; cache-stable, the history starts at version {manifest['cut']:,}"
     return head + "\n" + table(rows, ["#", "role", "mode", "category", "tokens", "events"])
 
 
@@ -307,6 +328,7 @@ def audit_(
       turnlog audit chat-1 --by category
       turnlog audit chat-1 --plot spend.png
     """
+    from turnlog.projections.cache_audit import CacheGrouping, cache_audit
     from turnlog.projections.estimates import audit_estimates
 
     if plot is not None:
@@ -315,6 +337,8 @@ def audit_(
     with ctx.read() as store:
         report = audit(store, session, by=by, prices=table_of_prices)  # type: ignore[arg-type]
         estimates = audit_estimates(store, session, by)
+        cache_by: CacheGrouping = by if by in ("run", "model") else "session"  # type: ignore[assignment]
+        cache = cache_audit(store, session, cache_by, table_of_prices)
         if plot is not None:
             plot_spend(store, plot, session, table_of_prices)
     rows = [dataclasses.asdict(r) for r in (*report.rows, report.totals)]
@@ -334,11 +358,50 @@ def audit_(
                     "totals": dataclasses.asdict(estimates.totals),
                     "calibration": estimates.calibration,
                 },
+                "cache": {
+                    "by": cache.by,
+                    "rows": [dataclasses.asdict(r) for r in cache.rows],
+                    "totals": dataclasses.asdict(cache.totals),
+                },
             },
             as_json=True,
         )
         return
-    emit(rows, as_json=False, text=_audit_text(report, rows, prices, plot) + _estimates_text(estimates))
+    text = _audit_text(report, rows, prices, plot) + _estimates_text(estimates) + _cache_text(cache)
+    emit(rows, as_json=False, text=text)
+
+
+def _cache_text(cache: Any) -> str:
+    """The prompt cache (projections.cache_audit), when the provider billed cache reads or writes or
+    contexts were built cache-stable."""
+    totals = cache.totals
+    if not (totals.cache_read or totals.cache_write or cache.cache_stable):
+        return ""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    rows = [
+        {
+            cache.by: "TOTAL" if row is totals else (row.key if row.key is not None else "-"),
+            "calls": row.calls,
+            "input": row.input,
+            "cache_read": row.cache_read,
+            "cache_write": row.cache_write,
+            "billed_cached": share(row.billed_share),
+            "contexts": row.contexts,
+            "predicted_cacheable": share(row.predicted_share),
+            "saved": "unknown" if row.saved is None and row.calls else f"${row.saved or 0:,.4f}",
+        }
+        for row in (*cache.rows, totals)
+    ]
+    columns = [cache.by, "calls", "input", "cache_read", "cache_write", "billed_cached", "contexts"]
+    columns += ["predicted_cacheable", "saved"]
+    return (
+        "\n\nprompt cache: input billed as cache reads and writes beside turnlog's predicted cacheable "
+        "share (the leading run each recorded context shares with the previous one), and what the "
+        "cache saved at the model's prices:\n" + table(rows, columns)
+    )
 
 
 def _estimates_text(report: Any) -> str:

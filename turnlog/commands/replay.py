@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from turnlog.cli_group import _Context, cli, pass_ctx
+from turnlog.commands.policy import cache_defaults, cache_stable_options
 from turnlog.commands.projections import _manifest_table
 from turnlog.output import (
     at_option,
@@ -35,6 +36,9 @@ from turnlog.projections.replay import replay as replay_calls
 @index_option("Policy for calls without a recorded manifest: show the artifact index.")
 @at_option("Only the calls made up to this log position.")
 @click.option("--call", "show_call", type=int_range(1), help="Print the context of call N in full.")
+@cache_stable_options(
+    "Policy for calls without a recorded manifest: cache-stable contexts (default: the session policy's)."
+)
 @json_option
 @pass_ctx
 def replay(
@@ -45,6 +49,8 @@ def replay(
     index: bool,
     at: int | None,
     show_call: int | None,
+    cache_stable: bool | None,
+    refill_to: float | None,
     as_json: bool,
 ) -> None:
     """Walk SESSION's model calls: what each was sent, its tokens, and what changed since the
@@ -59,9 +65,12 @@ def replay(
       turnlog replay chat-1 --budget 8000
       turnlog replay chat-1 --call 3 --json
     """
-    policy = ContextPolicy(budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index)
     if show_call is not None:
         with ctx.read() as store:
+            cache = cache_defaults(store, session, cache_stable, refill_to)
+            policy = ContextPolicy(
+                budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index, **cache
+            )
             # Only that call's context (and the one before, for what changed) is built.
             found = replay_calls(store, session, policy, at=at, only=show_call)
             if not found:
@@ -71,6 +80,10 @@ def replay(
         _show_call(found[0], built, as_json)
         return
     with ctx.read() as store:
+        cache = cache_defaults(store, session, cache_stable, refill_to)
+        policy = ContextPolicy(
+            budget=budget, max_tool_tokens=max_tool_tokens, format="text", index=index, **cache
+        )
         calls = replay_calls(store, session, policy, at=at)
     if as_json:
         emit([c.to_dict() for c in calls], as_json=True)
