@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from projections.ledger import audit
+from turnlog.projections.ledger import audit
 from tests.conftest import FIXTURES
 from turnlog.importers import import_path
 from turnlog.store import SQLiteStore

@@ -167,6 +167,10 @@ def _invocations(ids: dict[str, str], tmp_path: Path) -> list[tuple[list[str], s
         # A stdio server (its output is the MCP protocol, for a program): only its error before
         # serving reaches a terminal.
         (["mcp", "--session", HOSTILE_ID], None),
+        (["doctor"], None),
+        (["datasette-metadata"], None),
+        # A server: only its refusal of a hostile host name (before serving) can reach a terminal.
+        (["serve", "--host", HOSTILE_ID, "--port", "0"], None),
     ]
 
 
