@@ -121,8 +121,6 @@ def open_store(
     caught up. ``readonly=True`` opens an existing store for reading only: appends are refused; a
     SQLite file is never written to and never waited for (what writers have not materialized yet is
     folded in memory for its reads)."""
-    from turnlog.projections.registry import keep_caught_up
-
     store = open_backend(
         path,
         tokenizer=tokenizer,
@@ -131,7 +129,10 @@ def open_store(
         token_counting=token_counting,
         readonly=readonly,
     )
-    keep_caught_up(store)
+    if not readonly:  # a reader never advances anything: it need not import every projection
+        from turnlog.projections.registry import keep_caught_up
+
+        keep_caught_up(store)
     return store
 
 

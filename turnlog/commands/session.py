@@ -22,7 +22,6 @@ from turnlog.output import (
     read_text,
     short,
 )
-from turnlog.projections.live import COMPENSATING_TYPES, live_marks
 from turnlog.projections.sessions import list_sessions
 from turnlog.store import ANY, NO_SESSION, Expected, parse_events_json
 
@@ -112,6 +111,9 @@ def log(
         store.require_session(session)
         store.catch_up_tokens()
         records = store.read_session(session, from_version=from_version, to_version=to_version)
+        # Imported here: `sessions`, in this module too, starts without the projections' machinery.
+        from turnlog.projections.live import COMPENSATING_TYPES, live_marks
+
         live = live_marks(store, session, records)
     if as_json:
         emit([{**r.to_dict(), "live": alive} for r, alive in zip(records, live, strict=True)], as_json=True)
