@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from turnlog.projections.ledger import audit
 from tests.conftest import FIXTURES
 from turnlog.importers import import_path
+from turnlog.projections.ledger import audit
 from turnlog.store import SQLiteStore
 
 REAL = FIXTURES / "real"
