@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import sqlite3
 import stat
 import urllib.parse
 from dataclasses import asdict, dataclass, field
@@ -18,6 +17,13 @@ from turnlog import is_postgres_url, open_backend
 from turnlog.store.errors import StoreError
 from turnlog.store.readonly import SQLITE_HEADER
 from turnlog.store.schema import LATEST_VERSION
+from turnlog.store.sqlite_inspect import (
+    DamagedFile,
+    FileInspection,
+    UnreadableFile,
+    inspect_sqlite_file,
+    postgres_driver_installed,
+)
 
 Level = Literal["problem", "note"]
 
@@ -108,22 +114,19 @@ def _diagnose_file(path: str, d: Diagnosis) -> None:
         problem("not_a_store", f"{path} is not a turnlog store (not an SQLite database)", other)
         return
     try:
-        conn = sqlite3.connect(f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
+        found = inspect_sqlite_file(path)
+    except UnreadableFile as exc:
         problem("unreadable", f"cannot open {path} read-only: {exc}", f"ls -l {shlex.quote(path)}*")
         return
-    try:
-        if not _check_schema(conn, path, d, problem):
-            return
-    except sqlite3.DatabaseError as exc:
+    except DamagedFile as exc:
         problem(
             "damaged",
             f"{path} is damaged: {exc}",
             hint="restore it from a copy; `turnlog copy` makes one of a sound store",
         )
         return
-    finally:
-        conn.close()
+    if not _check_schema(found, path, d, problem):
+        return
     mode = os.stat(path).st_mode
     if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
         note(
@@ -142,27 +145,26 @@ def _diagnose_file(path: str, d: Diagnosis) -> None:
     _check_open_store(path, d, problem)
 
 
-def _check_schema(conn: sqlite3.Connection, path: str, d: Diagnosis, problem: Any) -> bool:
+def _check_schema(found: FileInspection, path: str, d: Diagnosis, problem: Any) -> bool:
     """The schema checks; False when the others cannot run."""
-    rows = conn.execute("PRAGMA quick_check").fetchall()
-    if rows != [("ok",)]:
-        first = str(rows[0][0]) if rows else "no answer"
+    rows = found.quick_check
+    if rows != ["ok"]:
+        first = rows[0] if rows else "no answer"
         problem(
             "damaged",
             f"{path} is damaged: SQLite's quick_check finds {len(rows)} problem(s), the first: {first}",
             _command(path, "verify"),
         )
         return False
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "turnlog_migrations" not in tables:
-        shown = ", ".join(sorted(tables)[:5]) or "none"
+    if found.schema_version is None:
+        shown = ", ".join(sorted(found.tables)[:5]) or "none"
         problem(
             "not_a_store",
             f"{path} is an SQLite database but not a turnlog store (tables: {shown})",
             "turnlog --db OTHER.db init",
         )
         return False
-    version = int(conn.execute("SELECT max(version) FROM turnlog_migrations").fetchone()[0] or 0)
+    version = found.schema_version
     d.schema_version = version
     if version > LATEST_VERSION:
         problem(
@@ -186,9 +188,7 @@ def _diagnose_server(url: str) -> Diagnosis:
     shown = hide_password(url)
     d = Diagnosis(shown)
     problem = _adder(d, "problem")
-    try:
-        import psycopg  # noqa: F401 - only whether it is installed
-    except ImportError:
+    if not postgres_driver_installed():
         problem(
             "postgres_extra",
             "a PostgreSQL store needs the postgres extra, which is not installed",
