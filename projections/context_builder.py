@@ -7,14 +7,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from turnlog.projections.capping import MIN_CAP, Capped, cap_text
-from turnlog.projections.context_capping import cap_call_arguments, cap_output, message_notice, other_texts
-from turnlog.projections.context_condensed import CondensedViews, condensed_content
+from turnlog.projections.capping import MIN_CAP
+from turnlog.projections.context_capping import count_short
 from turnlog.projections.context_preamble import INDEX_ORDER, artifact_notes, index_message
-from turnlog.projections.context_reader import ContextReader, Row, SummaryRow
+from turnlog.projections.context_reader import Row, SummaryRow
 from turnlog.projections.context_types import (
     FILL_MIN,
-    INTERRUPTED,
     PER_MESSAGE,
     PER_NAME,
     PRIME_TOKENS,
@@ -25,223 +23,24 @@ from turnlog.projections.context_types import (
     ContextBudgetError,
     ContextMessage,
     StableCut,
-    message_cost,
-    tool_output_cost,
 )
+from turnlog.projections.context_units import UnitRenderer
 from turnlog.projections.formats import render
-from turnlog.store import (
-    MessageAppended,
-    OutputCondensed,
-    RecordedEvent,
-    SummaryRecorded,
-    ToolCall,
-    ToolReturned,
-)
+from turnlog.store import SummaryRecorded
 
 STABLE_NOTICE_RESERVE = 64
 """Under a cache-stable policy, the room the artifact index leaves for the omission notice: a fixed
 figure, so the index is cut the same way on every call between two cut moves."""
 
 
-class ContextBuilder(ContextReader):
+class ContextBuilder(UnitRenderer):
     """One build of one session as of one position under one policy."""
 
-    _views: CondensedViews | None = None
-    stable: StableCut | None = None
-    """Set for a cache-stable build (projections.context_cache): the history starts at its cut,
-    and what it does not fit raises CacheOverflow instead of being left out."""
     start: int = 0
     """After a build: the version its history starts from (the oldest kept unit or summary)."""
     previous_head: int | None = None
     """Cache-stable: the head version of the previous call, when the cut has not moved since (the
     end of what it sent is marked as an Anthropic breakpoint)."""
-
-    # -- rendering of one unit ----------------------------------------------------------------
-
-    def _unit(
-        self,
-        head: Row,
-        returns: list[Row],
-        *,
-        category: Category | None,
-        tool_cap: int | None,
-        message_cap: int | None,
-    ) -> list[ContextMessage]:
-        """A message, or a call with its returns (and synthesized results for calls that got
-        none), each capped as asked (None: whole)."""
-        self._load([head.version, *(r.version for r in returns)])
-        record = self.events[head.version]
-        event = record.event
-        assert isinstance(event, MessageAppended)
-        out = [self._message(head, record, event, category, message_cap, tool_cap)]
-        answered: set[str] = set()
-        for sub, ret in enumerate(sorted(returns, key=lambda r: r.version), 1):
-            ret_record = self.events[ret.version]
-            ret_event = ret_record.event
-            assert isinstance(ret_event, ToolReturned)
-            answered.add(ret_event.tool_call_id)
-            out.append(self._tool_output(ret, ret_record, ret_event, category, tool_cap, head, sub))
-        for sub, call in enumerate(event.tool_calls or (), len(out)):
-            if call.id in answered:
-                continue
-            text = INTERRUPTED
-            tokens = PER_MESSAGE + self.costs["tool"] + self.tok.count(text) + self.tok.count(call.id)
-            out.append(
-                ContextMessage(
-                    role="tool",
-                    content=text,
-                    tokens=tokens,
-                    mode="synthesized",
-                    category=category or "tool_output",
-                    event_ids=(record.event_id,),
-                    order=(head.version, sub + 1000),
-                    tool_call_id=call.id,
-                    is_error=True,
-                )
-            )
-        return out
-
-    def _message(
-        self,
-        row: Row,
-        record: RecordedEvent,
-        event: MessageAppended,
-        category: Category | None,
-        cap: int | None,
-        arguments_cap: int | None = None,
-    ) -> ContextMessage:
-        role = event.role
-        calls = event.tool_calls or ()
-        full = message_cost(self.costs, role, row.tokens, bool(event.name), len(calls))
-        content, tokens, shown = event.content, full, None
-        if cap is not None and row.tokens > cap and len(event.content.encode("utf-8")) > cap:
-            other = self.tok.count_all(other_texts(event))
-            capped = cap_text(
-                event.content,
-                cap,
-                self.tok,
-                message_notice(record.event_id),
-                total_tokens=row.tokens - other,
-            )
-            if capped.capped:
-                content, shown = capped.text, capped.shown_tokens
-                tokens = full - (row.tokens - other) + capped.tokens
-        if arguments_cap is not None and calls:
-            calls, saved, arguments_shown = self._cap_arguments(record.event_id, calls, arguments_cap)
-            if saved:
-                tokens -= saved
-                if shown is None:
-                    shown = self.tok.count(content) if content else 0
-                shown += arguments_shown
-        default: Category = "system" if role == "system" else "message"
-        return ContextMessage(
-            role=role,
-            content=content,
-            tokens=tokens,
-            mode="full" if shown is None else "capped",
-            category=category or default,
-            event_ids=(record.event_id,),
-            order=(row.version, 0),
-            name=event.name,
-            tool_calls=calls,
-            shown_tokens=shown,
-        )
-
-    def _cap_arguments(
-        self, event_id: str, calls: tuple[ToolCall, ...], cap: int
-    ) -> tuple[tuple[ToolCall, ...], int, int]:
-        """The calls with their arguments capped to ``cap`` tokens each, the tokens that saved, and
-        the tokens of arguments still shown."""
-        out: list[ToolCall] = []
-        saved = shown = 0
-        for index, call in enumerate(calls):
-            # UTF-8 bytes bound the tokens from above: most calls are never counted.
-            if len(call.arguments.encode("utf-8")) <= cap:
-                out.append(call)
-                continue
-            capped = cap_call_arguments(self.store, event_id, index, call.arguments, cap)
-            if capped.capped:
-                out.append(call.model_copy(update={"arguments": capped.text}))
-                saved += capped.total_tokens - capped.tokens
-                shown += capped.shown_tokens
-            else:
-                out.append(call)
-        return (tuple(out), saved, shown) if saved else (calls, 0, 0)
-
-    def _tool_output(
-        self,
-        row: Row,
-        record: RecordedEvent,
-        event: ToolReturned,
-        category: Category | None,
-        cap: int | None,
-        head: Row,
-        sub: int,
-    ) -> ContextMessage:
-        full = tool_output_cost(self.costs, row.tokens)
-        content, mode, tokens, shown = event.content, "full", full, None
-        condensed = None
-        if cap is not None and row.tokens > cap:
-            condensed = self._condensed(record, event, cap, row.version)
-        if condensed is not None:
-            id_tokens = self.tok.count(event.tool_call_id)
-            content, mode, shown = condensed.text, "condensed", condensed.shown_tokens
-            tokens = PER_MESSAGE + self.costs["tool"] + id_tokens + condensed.tokens
-        elif cap is not None:
-            id_tokens = self.tok.count(event.tool_call_id)
-            capped = cap_output(
-                self.store,
-                record.event_id,
-                event.content,
-                cap,
-                row.tokens - id_tokens,
-                event.artifact_id,
-            )
-            if capped.capped:
-                content, mode, shown = capped.text, "capped", capped.shown_tokens
-                tokens = PER_MESSAGE + self.costs["tool"] + id_tokens + capped.tokens
-        return ContextMessage(
-            role="tool",
-            content=content,
-            tokens=tokens,
-            mode=mode,  # type: ignore[arg-type]
-            category=category or "tool_output",
-            event_ids=(record.event_id,),
-            order=(head.version, sub),
-            tool_call_id=event.tool_call_id,
-            is_error=event.is_error,
-            shown_tokens=shown,
-        )
-
-    def _condensed(self, record: RecordedEvent, event: ToolReturned, cap: int, version: int) -> Capped | None:
-        """The condensed view of an output over the cap that the effective mode asks for, if made."""
-        if self._views is None:
-            self._views = CondensedViews(self.store, self.sid, self.at, self.policy.tool_output_modes)
-        view = self._views.wanted(record.event_id, event.tool_name)
-        if view is None or not self._view_is_stable(view.version, version):
-            return None
-        self._load([view.version])
-        stored = self.events[view.version].event
-        assert isinstance(stored, OutputCondensed)
-        ref = event.artifact_id or record.event_id
-        return condensed_content(
-            self.store, stored, view.event_id, ref, is_artifact=event.artifact_id is not None, cap=cap
-        )
-
-    def _view_is_stable(self, view_version: int, output_version: int) -> bool:
-        """Under a cache-stable policy a view replaces the simple cap only where that moves no
-        prefix: made by the time the output was first sent (before the next assistant message), or
-        folded in at a cut move since."""
-        stable = self.stable
-        if stable is None or view_version <= stable.moved_head:
-            return True
-        with self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT MIN(version) FROM ctx_messages WHERE session_id = ? AND role = 'assistant' "
-                "AND version > ? AND version <= ?",
-                (self.sid, output_version, self.head_version),
-            ).fetchone()
-        return row[0] is None or view_version < row[0]
 
     # -- the build ----------------------------------------------------------------------------
 
@@ -417,7 +216,7 @@ class ContextBuilder(ContextReader):
         units: dict[int, list[Row]] = {}
         heads: dict[int, Row] = {}
         orphans = 0
-        for item in self._walk_back(retained, self._active_summaries(), load=False):
+        for item in self._walk_back(retained, self._active_summaries()):
             if isinstance(item, SummaryRow):
                 cost = PER_MESSAGE + self.costs["system"] + item.tokens
                 messages = self._cumulative(item.last + 1)[0] - self._cumulative(item.first)[0]
@@ -493,7 +292,7 @@ class ContextBuilder(ContextReader):
         )
 
     def _pinned_ids(self, pinned: set[int]) -> set[str]:
-        return {self.events[v].event_id for v in pinned if v in self.events}
+        return {self.items[v].event_id for v in pinned if v in self.items}
 
     def _squeeze(self, row: Row, returns: list[Row], remaining: int) -> list[ContextMessage] | None:
         """The unit capped hard enough to fit ``remaining``, if that leaves anything worth showing."""
@@ -539,14 +338,14 @@ class ContextBuilder(ContextReader):
         )
 
     def _notice_cost(self, messages: int, tokens: int) -> int:
-        return PER_MESSAGE + self.costs["system"] + self.tok.count(_omission_text(messages, tokens))
+        return PER_MESSAGE + self.costs["system"] + count_short(self.tok, _omission_text(messages, tokens))
 
     def _notice_message(
         self, messages: int, tokens: int, before_version: int, room: int
     ) -> ContextMessage | None:
         """The omission notice, in full or in short, if either fits ``room``."""
         for text in (_omission_text(messages, tokens), f"[turnlog: {messages:,} earlier messages omitted]"):
-            cost = PER_MESSAGE + self.costs["system"] + self.tok.count(text)
+            cost = PER_MESSAGE + self.costs["system"] + count_short(self.tok, text)
             if cost <= room:
                 return ContextMessage(
                     role="system",

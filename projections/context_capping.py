@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from turnlog.projections.capping import MIN_CAP, Capped, Notice, cap_text, short_notice
-from turnlog.store import MessageAppended, Store, Tokenizer
+from turnlog.store import Store, Tokenizer
 
 
 def output_notice(ref: str, *, is_artifact: bool) -> Notice:
@@ -45,14 +45,6 @@ def arguments_notice(event_id: str) -> Notice:
     return notice
 
 
-def other_texts(event: MessageAppended) -> list[str]:
-    """The texts of a message, other than its content, that its stored token count includes."""
-    texts = [event.name] if event.name else []
-    for call in event.tool_calls or ():
-        texts += [call.id, call.name, call.arguments]
-    return texts
-
-
 _CacheKey = tuple[object, ...]
 _CACHE_SIZE = 4096
 """Capped outputs kept per store (a few MB at most: each is at most the cap's tokens)."""
@@ -67,21 +59,43 @@ _CACHES: weakref.WeakKeyDictionary[Store, OrderedDict[_CacheKey, Capped]] = weak
 def cap_output(
     store: Store,
     event_id: str,
-    content: str,
+    content: Callable[[], str],
+    length: int,
     cap: int,
     total: int,
     artifact_id: str | None,
 ) -> Capped:
-    """A tool output capped to ``cap`` tokens, capped once per store and cap."""
+    """A tool output (``content()``, of ``length`` characters) capped to ``cap`` tokens, capped
+    once per store and cap: a warm build reads neither the text nor the tokenizer."""
     tok: Tokenizer = store.tokenizer
     # The length and count guard against a store whose file was replaced under the same object.
-    key: _CacheKey = (tok.name, "output", event_id, cap, len(content), total, artifact_id)
+    key: _CacheKey = (tok.name, "output", event_id, cap, length, total, artifact_id)
     found = _cached(store, key)
     if found is not None:
         return found
     ref = artifact_id or event_id
     notice = output_notice(ref, is_artifact=artifact_id is not None)
-    return _remember(store, key, cap_text(content, cap, tok, notice, total_tokens=total))
+    return _remember(store, key, cap_text(content(), cap, tok, notice, total_tokens=total))
+
+
+_COUNTS: OrderedDict[tuple[str, str], int] = OrderedDict()
+_COUNTS_SIZE = 8192
+_SHORT = 512
+"""Texts up to this many characters have their counts remembered (ids, notices): a few MB at most."""
+
+
+def count_short(tok: Tokenizer, text: str) -> int:
+    """``tok.count(text)``, remembered for short texts (a tool call's id, a notice): the same few
+    texts are counted by every build of a session. Counts depend only on the tokenizer and text."""
+    if len(text) > _SHORT:
+        return tok.count(text)
+    key = (tok.name, text)
+    found = _COUNTS.get(key)
+    if found is None:
+        found = _COUNTS[key] = tok.count(text)
+        if len(_COUNTS) > _COUNTS_SIZE:
+            _COUNTS.popitem(last=False)
+    return found
 
 
 def cap_call_arguments(store: Store, event_id: str, index: int, arguments: str, cap: int) -> Capped:

@@ -9,9 +9,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnlog.projections.context_rows import Item, item_of
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
-from turnlog.store import RecordedEvent, Store
+from turnlog.store import MessageAppended, RecordedEvent, Store, ToolReturned
 from turnlog.store.dialect import dialect_of
 
 
@@ -27,6 +28,8 @@ class Row:
     n_calls: int
     call_version: int | None
     tokens: int
+    event_id: str
+    body: str
 
 
 @dataclass(slots=True)
@@ -41,7 +44,7 @@ class SummaryRow:
     tokens: int
 
 
-ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens"
+ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens, event_id, body"
 
 # The reads of a build, named so that the ones it makes first can be sent together (_first_reads).
 _RETAINED = "AND version <= ? AND (role = 'system' OR first_user = 1)"
@@ -91,6 +94,7 @@ class ContextReader:
         self.tok = store.tokenizer
         self.costs = role_costs(self.tok)
         self.events: dict[int, RecordedEvent] = {}
+        self.items: dict[int, Item] = {}
         self.expected_rows = 0
         """How many rows the walk back is expected to use (0: not known); sizes its second chunk."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
@@ -120,10 +124,27 @@ class ContextReader:
         with self.store.reading() as conn:
             hint = dialect_of(conn).hint(index) if index else ""
             return [
-                Row(v, p, r, bool(f), bool(n), c, cv, t)
-                for v, p, r, f, n, c, cv, t in conn.execute(_rows_sql(where, hint), (self.sid, *params))
+                Row(v, p, r, bool(f), bool(n), c, cv, t, e, b)
+                for v, p, r, f, n, c, cv, t, e, b in conn.execute(_rows_sql(where, hint), (self.sid, *params))
                 if not self.dead or not is_dead(self.dead, v)
             ]
+
+    def _item(self, row: Row) -> Item:
+        """What the row's event says, from its stored body (decoded once a build)."""
+        found = self.items.get(row.version)
+        if found is None:
+            found = self.items[row.version] = item_of(row.event_id, row.body)
+        return found
+
+    def _content(self, row: Row) -> str:
+        """The row's whole text: from its body, or from its event when the body left it out."""
+        content = self._item(row).content
+        if content is None:
+            self._load([row.version])
+            event = self.events[row.version].event
+            assert isinstance(event, (MessageAppended, ToolReturned))
+            content = event.content
+        return content
 
     def _load(self, versions: Sequence[int]) -> None:
         missing = [v for v in versions if v not in self.events]
@@ -198,9 +219,7 @@ class ContextReader:
             row = conn.execute(_OPEN_RUN, (self.sid, self.at, self.at)).fetchone()
         return int(row[0]) if row else None
 
-    def _walk_back(
-        self, skip: set[int], summaries: list[SummaryRow], *, load: bool = True
-    ) -> Iterator[Row | SummaryRow]:
+    def _walk_back(self, skip: set[int], summaries: list[SummaryRow]) -> Iterator[Row | SummaryRow]:
         """From the head version down: ctx rows in growing chunks, and in place of each range an
         active summary covers, the summary (its rows are never read)."""
         starts = [summary.first for summary in summaries]
@@ -221,12 +240,9 @@ class ContextReader:
             if d >= 0:
                 lower = max(lower, self.dead[d][1] + 1)
             rows = self._rows(_CHUNK, (upper, lower, size))
-            if rows:
-                if load:
-                    self._load([r.version for r in rows if r.version not in skip and r.role != "system"])
-                for row in rows:
-                    if row.version not in skip:
-                        yield row
+            for row in rows:
+                if row.version not in skip:
+                    yield row
             upper = rows[-1].version - 1 if len(rows) == size else lower - 1
             wanted = self.expected_rows - size if size == _FIRST_CHUNK else 0
             size = min(max(size * 2, wanted + wanted // 4), 512)
