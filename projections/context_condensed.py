@@ -23,6 +23,10 @@ class CondensedViews:
         self._policy: SessionPolicy | None = None
         self._views: dict[str, list[Condensed]] | None = None
 
+    def none_made(self) -> None:
+        """Told by the build's first read: the session has no condensed views (none to read)."""
+        self._views = {}
+
     def wanted(self, event_id: str, tool_name: str | None) -> Condensed | None:
         """The view of output ``event_id`` the effective mode asks for, if it was made."""
         if self._views is None:

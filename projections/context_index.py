@@ -165,10 +165,11 @@ class ContextIndex(Projection):
                 st.messages += 1
                 st.tokens += tokens
                 calls = event.tool_calls or ()
+                body = body_of(event, tokens, always_kept=first_user or event.role == "system")
                 rows.append(
                     (sid, record.version, record.position, event.role, int(first_user),
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens,
-                     record.event_id, body_of(event))
+                     record.event_id, body)
                 )  # fmt: skip
                 conn.executemany(
                     "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
@@ -208,7 +209,7 @@ class ContextIndex(Projection):
                     )
                 rows.append(
                     (sid, record.version, record.position, "tool", 0, 0, 0,
-                     answers, tokens, st.messages, st.tokens, record.event_id, body_of(event))
+                     answers, tokens, st.messages, st.tokens, record.event_id, body_of(event, tokens))
                 )  # fmt: skip
             elif isinstance(event, MessagePinned):
                 target = _target_version(conn, sid, event.target_event_id, rows)

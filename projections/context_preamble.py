@@ -143,8 +143,12 @@ def artifact_notes(reader: ContextReader, since: int) -> list[ContextMessage]:
 def _watermark(reader: ContextReader) -> _Key | None:
     """What the index as of the build depends on: the newest artifact row at or before the build's
     position (rows are only ever added), and the ranges not live then. None: no artifacts."""
-    with reader.store.reading() as conn:
-        row = conn.execute(ARTIFACT_WATERMARK, (reader.sid, reader.at)).fetchone()
+    known = reader.known()
+    if known is not None:
+        row = known.artifact
+    else:
+        with reader.store.reading() as conn:
+            row = conn.execute(ARTIFACT_WATERMARK, (reader.sid, reader.at)).fetchone()
     if row is None:
         return None
     return (reader.tok.name, reader.sid, int(row[0]), str(row[1]), tuple(reader.dead))

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnlog.projections.context_header import Header, read_header
 from turnlog.projections.context_rows import Item, item_of
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
@@ -44,7 +45,10 @@ class SummaryRow:
     tokens: int
 
 
-ROW_COLUMNS = "version, position, role, first_user, has_name, n_calls, call_version, tokens, event_id, body"
+ROW_COLUMNS = (
+    "version, position, role, first_user, has_name, n_calls, call_version, tokens, event_id, body, "
+    "cum_messages, cum_tokens"
+)
 
 # The reads of a build, named so that the ones it makes first can be sent together (_first_reads).
 _RETAINED = "AND version <= ? AND (role = 'system' OR first_user = 1)"
@@ -97,11 +101,29 @@ class ContextReader:
         self.items: dict[int, Item] = {}
         self.expected_rows = 0
         """How many rows the walk back is expected to use (0: not known); sizes its second chunk."""
+        self._cums: dict[int, tuple[int, int]] = {}
+        """Running totals below a version (``_raw_cumulative``), known from the rows read."""
+        self.header: Header | None = None
+        """On SQLite: what the build's first statement said of the session as of ``at``."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
         with store.reading() as conn:
-            if dialect_of(conn).remote and hasattr(conn, "prefetch"):
-                conn.prefetch(self._first_reads())
-            self.dead = dead_ranges(conn, session_id, at)
+            if dialect_of(conn).remote:
+                if hasattr(conn, "prefetch"):
+                    conn.prefetch(self._first_reads())
+            else:
+                self.header = read_header(conn, session_id, at, head_version)
+                messages, tokens = self.header.cumulative
+                self._cums[head_version + 1] = (messages, tokens)
+            if self.header is not None and not self.header.gaps:
+                self.dead = []
+            else:
+                self.dead = dead_ranges(conn, session_id, at)
+
+    def known(self) -> Header | None:
+        """The header, when it speaks of this reader's position (a copy made for an earlier
+        position, as the cache-stable build makes, reads for itself)."""
+        header = self.header
+        return header if header is not None and header.at == self.at else None
 
     def _first_reads(self) -> list[tuple[str, tuple[Any, ...]]]:
         """The reads every build makes first, none depending on another's answer: on a server,
@@ -123,11 +145,15 @@ class ContextReader:
     def _rows(self, where: str, params: Sequence[Any], *, index: str | None = None) -> list[Row]:
         with self.store.reading() as conn:
             hint = dialect_of(conn).hint(index) if index else ""
-            return [
-                Row(v, p, r, bool(f), bool(n), c, cv, t, e, b)
-                for v, p, r, f, n, c, cv, t, e, b in conn.execute(_rows_sql(where, hint), (self.sid, *params))
-                if not self.dead or not is_dead(self.dead, v)
-            ]
+            found = conn.execute(_rows_sql(where, hint), (self.sid, *params)).fetchall()
+        cums = self._cums
+        rows = []
+        for v, p, r, f, n, c, cv, t, e, b, cm, ct in found:
+            # The running totals below this row, as _raw_cumulative would read them.
+            cums[v] = (cm - 1, ct - t)
+            if not self.dead or not is_dead(self.dead, v):
+                rows.append(Row(v, p, r, bool(f), bool(n), c, cv, t, e, b))
+        return rows
 
     def _item(self, row: Row) -> Item:
         """What the row's event says, from its stored body (decoded once a build)."""
@@ -165,7 +191,12 @@ class ContextReader:
             if first is not None:
                 versions.add(first)
         with self.store.reading() as conn:
-            pinned = {v for (v,) in conn.execute(_PINS, (self.sid, self.at, self.at))}
+            known = self.known()
+            pinned = (
+                set()
+                if known is not None and not known.pins
+                else {v for (v,) in conn.execute(_PINS, (self.sid, self.at, self.at))}
+            )
             pinned = {v for v in pinned if not is_dead(self.dead, v)}
             versions |= pinned
             rows = {r.version: r for r in retained if r.version in versions}
@@ -191,6 +222,9 @@ class ContextReader:
     def _first_live(self, role: str = "= 'user'") -> int | None:
         """The first message whose role is ``role`` (an SQL condition on it; default: the first user
         message) not in a range that is not live: one seek per such range."""
+        known = self.known()
+        if known is not None and not self.dead and role == "!= 'system'":
+            return known.first_not_system
         start = 1
         with self.store.reading() as conn:
             while True:
@@ -215,6 +249,9 @@ class ContextReader:
         return found
 
     def _open_run_start(self) -> int | None:
+        known = self.known()
+        if known is not None:
+            return known.open_run
         with self.store.reading() as conn:
             row = conn.execute(_OPEN_RUN, (self.sid, self.at, self.at)).fetchone()
         return int(row[0]) if row else None
@@ -250,6 +287,9 @@ class ContextReader:
     def _active_summaries(self) -> list[SummaryRow]:
         """The summaries a context shows as of ``at``: not replaced by a later one, the highest
         level first, then the newest, never two over the same versions; in version order."""
+        known = self.known()
+        if known is not None and not known.summaries:
+            return []
         with self.store.reading() as conn:
             hint = dialect_of(conn).hint("ctx_summaries_active")
             found = [
@@ -298,6 +338,9 @@ class ContextReader:
         return messages, tokens
 
     def _raw_cumulative(self, before_version: int) -> tuple[int, int]:
+        found = self._cums.get(before_version)
+        if found is not None:
+            return found
         with self.store.reading() as conn:
             row = conn.execute(_CUMULATIVE, (self.sid, before_version)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -1,19 +1,26 @@
 """What the context index keeps of each message for a build: the event's id and a compact body (its
-text when short, its name, tool calls or call id), so that a build renders the tail from the rows it
-reads anyway, with one ``json.loads`` a row, instead of reading and validating each event again.
-A long text (over ``INLINE_CHARS``) is left out of the body: a build that needs it whole, or capped
-in a way not made before, reads its event."""
+text, its name, tool calls or call id), so that a build renders the tail from the rows it reads
+anyway, with one ``json.loads`` a row, instead of reading and validating each event again. A long
+text that the default policy caps is left out of the body (its capped form is remembered per store:
+see context_capping): a build that needs it whole, or capped in a way not made before, reads its
+event."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
+from turnlog.projections.context_types import ContextPolicy
 from turnlog.store import MessageAppended, ToolCall, ToolReturned
 
 INLINE_CHARS = 8192
-"""Texts up to this many characters are kept in the body; longer ones are read from the event when
-needed (a capped output is remembered per store: see context_capping)."""
+"""Texts up to this many characters are always kept in the body."""
+
+_DEFAULT_CAPS = {
+    "tool": ContextPolicy.model_fields["max_tool_tokens"].default,
+    "message": ContextPolicy.model_fields["max_message_tokens"].default,
+}
+"""Longer texts are kept when the default policy shows them whole: within its caps."""
 
 
 @dataclass(slots=True)
@@ -33,9 +40,12 @@ class Item:
     artifact_id: str | None = None
 
 
-def body_of(event: MessageAppended | ToolReturned) -> str:
-    """The body the context index stores for a message or a tool return."""
-    content = event.content if len(event.content) <= INLINE_CHARS else None
+def body_of(event: MessageAppended | ToolReturned, tokens: int, *, always_kept: bool = False) -> str:
+    """The body the context index stores for a message or a tool return of ``tokens`` stored
+    tokens (``always_kept``: a system message or the first user message, shown whole)."""
+    kind = "tool" if isinstance(event, ToolReturned) else "message"
+    inline = always_kept or len(event.content) <= INLINE_CHARS or tokens <= _DEFAULT_CAPS[kind]
+    content = event.content if inline else None
     if isinstance(event, ToolReturned):
         body: list[object] = [
             "t",

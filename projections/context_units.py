@@ -86,23 +86,20 @@ class UnitRenderer(ContextReader):
         calls = item.tool_calls or ()
         full = message_cost(self.costs, role, row.tokens, bool(item.name), len(calls))
         content, tokens, shown = item.content, full, None
-        if cap is not None and row.tokens > cap and (content is None or len(content.encode("utf-8")) > cap):
-            content = self._content(row)
-            if len(content.encode("utf-8")) > cap:
-                text, tok, event_id = content, self.tok, item.event_id
-                other = sum(count_short(tok, t) for t in other_texts(item))
-                # Capped once per store and cap: the oldest message a build squeezes in is capped
-                # the same way on every build until the session grows.
-                capped = cached_capped(
-                    self.store,
-                    ("message", event_id, cap, len(text), row.tokens - other),
-                    lambda: cap_text(
-                        text, cap, tok, message_notice(event_id), total_tokens=row.tokens - other
-                    ),
-                )
-                if capped.capped:
-                    content, shown = capped.text, capped.shown_tokens
-                    tokens = full - (row.tokens - other) + capped.tokens
+        if cap is not None and row.tokens > cap and self._over(row, item, cap):
+            tok, event_id = self.tok, item.event_id
+
+            def make() -> Capped:
+                other = tok.count_all(other_texts(item))
+                notice = message_notice(event_id)
+                return cap_text(self._content(row), cap, tok, notice, total_tokens=row.tokens - other)
+
+            # Capped once per store and cap: the oldest message a build squeezes in is capped the
+            # same way on every build until the session grows.
+            capped = cached_capped(self.store, ("message", event_id, cap, item.length, row.tokens), make)
+            if capped.capped:
+                content, shown = capped.text, capped.shown_tokens
+                tokens = full - capped.total_tokens + capped.tokens
         if content is None:
             content = self._content(row)
         if arguments_cap is not None and calls:
@@ -125,6 +122,13 @@ class UnitRenderer(ContextReader):
             tool_calls=calls,
             shown_tokens=shown,
         )
+
+    def _over(self, row: Row, item: Item, cap: int) -> bool:
+        """Whether the text has more UTF-8 bytes than ``cap`` (which bound its tokens from above),
+        read from its event only when its length in characters does not already say."""
+        if item.content is None and item.length > cap:
+            return True  # each character is at least one byte
+        return len(self._content(row).encode("utf-8")) > cap
 
     def _cap_arguments(
         self, event_id: str, calls: tuple[ToolCall, ...], cap: int
@@ -198,6 +202,9 @@ class UnitRenderer(ContextReader):
         """The condensed view of an output over the cap that the effective mode asks for, if made."""
         if self._views is None:
             self._views = CondensedViews(self.store, self.sid, self.at, self.policy.tool_output_modes)
+            known = self.known()
+            if known is not None and not known.condensed:
+                self._views.none_made()
         view = self._views.wanted(item.event_id, item.tool_name)
         if view is None or not self._view_is_stable(view.version, version):
             return None

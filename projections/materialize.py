@@ -24,6 +24,7 @@ from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
     counted_through,
+    counted_through_expr,
     position_of,
     records_between,
     write_token_counts,
@@ -250,6 +251,27 @@ class Materializer:
                 memos = pending[1]
                 if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
                     self._memo = (appended[-1].position, memos)
+
+    def current_head(self, session_id: str) -> tuple[int, int] | None:
+        """(the head position, ``session_id``'s version there) when every event is counted and
+        applied, read with one statement in the caller's snapshot; None when a catch-up may have
+        work (or this process has not prepared the tables yet): then call :meth:`catch_up`."""
+        if not self._ready or self.store.readonly:
+            return None
+        names = [p.name for p in self.projections]
+        marks = ", ".join("?" * len(names))
+        with self.store.reading() as conn:
+            row = conn.execute(
+                f"SELECT (SELECT coalesce(max(position), 0) FROM events), {counted_through_expr(conn)}, "
+                f"(SELECT min(position) FROM projection_checkpoints WHERE name IN ({marks})), "
+                f"(SELECT count(*) FROM projection_checkpoints WHERE name IN ({marks})), "
+                "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?)",
+                (*names, *names, session_id),
+            ).fetchone()
+        head, counted, applied, known, version = (int(v or 0) for v in row)
+        if counted < head or known < len(names) or applied < head:
+            return None
+        return head, version
 
     def catch_up(
         self,

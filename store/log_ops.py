@@ -49,6 +49,16 @@ def counted_through(conn: Connection) -> int:
     return sqlite_counted_through(conn)
 
 
+def counted_through_expr(conn: Connection) -> str:
+    """:func:`counted_through` as a scalar subquery, for a caller that reads it with other values in
+    one statement."""
+    if dialect_of(conn).name == "postgresql":
+        return f"({PG_COUNTED_THROUGH})"
+    from turnlog.store.sqlite_tokens import COUNTED_THROUGH_EXPR
+
+    return COUNTED_THROUGH_EXPR
+
+
 def write_token_counts(conn: Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
     """Store deferred token counts and move the watermark (nothing to do where counts are made
     before the events are stored: the counts given are those already in the rows)."""

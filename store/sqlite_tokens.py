@@ -111,6 +111,13 @@ def write_token_counts(conn: sqlite3.Connection, counts: Sequence[tuple[int, int
     )
 
 
+COUNTED_THROUGH_EXPR = (
+    "(SELECT coalesce((SELECT CAST(value AS INTEGER) FROM turnlog_meta "
+    "WHERE key = 'tokens_counted_through'), 0))"
+)
+"""What :func:`counted_through` reads, as a scalar subquery."""
+
+
 def counted_through(conn: sqlite3.Connection) -> int:
     """Every event at or below this position has its token count."""
     row = conn.execute("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'").fetchone()
