@@ -263,6 +263,11 @@ class ContextReader:
         dead_starts = [lo for lo, _ in self.dead]
         upper = self.head_version
         size = _FIRST_CHUNK
+        first = True
+        if self.known() is not None and self.expected_rows:
+            # No prefetched first chunk to match (SQLite): sized for the rows the budget left, with
+            # room for the outputs capped below their stored counts.
+            size = min(2 * self.expected_rows + 8, 512)
         while upper >= 1:
             d = bisect.bisect_right(dead_starts, upper) - 1
             if d >= 0 and self.dead[d][1] >= upper:
@@ -281,8 +286,9 @@ class ContextReader:
                 if row.version not in skip:
                     yield row
             upper = rows[-1].version - 1 if len(rows) == size else lower - 1
-            wanted = self.expected_rows - size if size == _FIRST_CHUNK else 0
+            wanted = self.expected_rows - size if first else 0
             size = min(max(size * 2, wanted + wanted // 4), 512)
+            first = False
 
     def _active_summaries(self) -> list[SummaryRow]:
         """The summaries a context shows as of ``at``: not replaced by a later one, the highest

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from pydantic_core import from_json
+
 from turnlog.projections.context_types import ContextPolicy
 from turnlog.store import MessageAppended, ToolCall, ToolReturned
 
@@ -63,8 +65,9 @@ def body_of(event: MessageAppended | ToolReturned, tokens: int, *, always_kept: 
 
 
 def item_of(event_id: str, body: str) -> Item:
-    """The item a stored body describes (trusted: the index wrote it from a validated event)."""
-    data = json.loads(body)
+    """The item a stored body describes (trusted: the index wrote it from a validated event; pydantic's
+    own JSON parser, a few times as fast as ``json.loads`` on these texts)."""
+    data = from_json(body)
     if data[0] == "t":
         _, content, length, call_id, tool_name, is_error, artifact_id = data
         return Item(event_id, content, length, None, None, call_id, tool_name, bool(is_error), artifact_id)
