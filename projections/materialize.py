@@ -99,6 +99,8 @@ class Materializer:
         self.store = store
         self.projections = list(projections)
         self._ready = False
+        self._current_sql: str | None = None
+        """What :meth:`current_head` reads (made once: it depends on the dialect and projections)."""
         self._folded: dict[str, int] = {}
         """Read-only store: the projections shadowed in temp, and the position each has applied."""
         self._applied_within: Sequence[RecordedEvent] | None = None
@@ -259,16 +261,16 @@ class Materializer:
         if not self._ready or self.store.readonly:
             return None
         names = [p.name for p in self.projections]
-        marks = ", ".join("?" * len(names))
         with self.store.reading() as conn:
-            row = conn.execute(
-                f"SELECT (SELECT coalesce(max(position), 0) FROM events), {counted_through_expr(conn)}, "
-                f"(SELECT min(position) FROM projection_checkpoints WHERE name IN ({marks})), "
-                f"(SELECT count(*) FROM projection_checkpoints WHERE name IN ({marks})), "
-                "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?)",
-                (*names, *names, session_id),
-            ).fetchone()
-        head, counted, applied, known, version = (int(v or 0) for v in row)
+            if self._current_sql is None:
+                self._current_sql = (
+                    f"SELECT (SELECT coalesce(max(position), 0) FROM events), {counted_through_expr(conn)}, "
+                    "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?), "
+                    "min(position), count(*) FROM projection_checkpoints "
+                    f"WHERE name IN ({', '.join('?' * len(names))})"
+                )
+            row = conn.execute(self._current_sql, (session_id, *names)).fetchone()
+        head, counted, version, applied, known = (int(v or 0) for v in row)
         if counted < head or known < len(names) or applied < head:
             return None
         return head, version
