@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
-from turnlog.store.dialect import Connection, dialect_of
+from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
 from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
@@ -212,9 +212,17 @@ class Materializer:
                         conn.execute("RELEASE turnlog_projections")
                         return False
                     memos = {name: {} for name in names}
-                moved = conn.execute(
-                    "UPDATE projection_checkpoints SET position = ? "
-                    f"WHERE name IN ({','.join('?' * len(names))}) AND position = ?",
+                # Moved only from where the memos expect them, else the statement fails (another
+                # process rebuilt or reset them: the memos say nothing). That failure ends the
+                # append's batch, which then commits the events alone and returns records that are
+                # not these (store.pg_append), so the catch-up after the commit does the work. No
+                # row count is read here: the append's RELEASE and COMMIT go in the same round trip.
+                conn.execute(
+                    _server_dialect(conn).expecting_rows(
+                        "UPDATE projection_checkpoints SET position = ? "
+                        f"WHERE name IN ({','.join('?' * len(names))}) AND position = ?",
+                        len(names),
+                    ),
                     (end, *names, start),
                 )
                 for projection in self.projections:
@@ -222,8 +230,6 @@ class Materializer:
                     projection.apply_remembering(
                         conn, [r for r in records if types is None or r.type in types], memos[projection.name]
                     )
-            if moved.rowcount != len(names):
-                raise _Moved  # another process rebuilt or reset them: the memos say nothing
         except Exception:
             # As in apply_within: derived state only, redone by the catch-up after the commit.
             conn.execute("ROLLBACK TO turnlog_projections")
@@ -450,8 +456,12 @@ class Materializer:
         return problems
 
 
-class _Moved(Exception):
-    """The checkpoints were not where an append's own apply expected them."""
+def _server_dialect(conn: Connection) -> PostgresDialect:
+    """The dialect of a connection to a server (the remote apply runs only there)."""
+    dialect = dialect_of(conn)
+    if not isinstance(dialect, PostgresDialect):
+        raise TypeError(f"not a server's connection: {dialect.name}")
+    return dialect
 
 
 def fork_of(conn: Connection, record: RecordedEvent) -> tuple[str, int, int] | None:

@@ -154,6 +154,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         free), commit; then, for rows inserted unplaced, their placing. Any failure before the commit
         rolls it all back; a lost connection says whether the batch may have been stored."""
         committing = False
+        alone = False  # the events committed without the projections' rows of the same transaction
         with self.connection() as conn:
             try:
                 # The locks tried and the heads read in one round trip; only when another writer of
@@ -221,6 +222,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                             raise first from None  # the inserts failed: nothing is committed
                         committing = True
                         conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
+                        alone = True
             except BaseException as exc:
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     suppress_closed(lambda: conn.execute("ROLLBACK"))
@@ -233,7 +235,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     raise translated(exc, self.where, _MAYBE_STORED if committing else _NOT_STORED) from exc
                 raise
             if placing:
-                return batch.records
+                # Records that are not the list the hooks were given tell the catch-up after the
+                # commit that their rows did not commit (projections.materialize: it redoes them).
+                return list(batch.records) if alone else batch.records
             # Committed, not placed yet: place it now (and whatever else waits).
             try:
                 _, positions = self._place(conn, [r.event_id for r in batch.records])
