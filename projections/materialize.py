@@ -292,7 +292,8 @@ class Materializer:
         if pending is None:
             with self.store.reading() as conn:
                 if dialect_of(conn).remote and hasattr(conn, "prefetch"):
-                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())])  # one round trip
+                    # One round trip, its snapshot's end included (nothing else is read here).
+                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
                 stored = dict(conn.execute(_POSITIONS).fetchall())
                 checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]

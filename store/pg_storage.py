@@ -65,7 +65,11 @@ class PgProjectionStorage(_Base):
         share one snapshot and one connection, and pay its BEGIN and ROLLBACK once."""
         held: QmarkConnection | None = getattr(self._held_reading(), "conn", None)
         if held is not None:
-            yield held
+            held.nested += 1
+            try:
+                yield held
+            finally:
+                held.nested -= 1
             return
         with self.connection() as conn:
             # Its BEGIN goes with the first statement (one round trip less).
