@@ -145,7 +145,7 @@ class _Tips:
     the order's (position, order hash). Only a guess: the server checks it (stale, it costs the
     append one failed round trip), so threads may share it without a lock."""
 
-    __slots__ = ("order", "sessions")
+    __slots__ = ("misses", "order", "sessions", "skip")
 
     LIMIT = 4096
     """Sessions remembered (all are forgotten past it: a worker's few live sessions come back)."""
@@ -153,6 +153,23 @@ class _Tips:
     def __init__(self) -> None:
         self.sessions: dict[str, tuple[int, str]] = {}
         self.order: tuple[int, str] | None = None
+        self.misses = 0
+        """One-round-trip appends that found the heads moved, one after the other."""
+        self.skip = 0
+        """Appends left to take the long way without trying: where other writers keep moving the
+        order, a try mostly costs a round trip, so each miss in a row doubles the wait (to 64)."""
+
+    def ready(self) -> bool:
+        """Whether to try the next append in one round trip."""
+        if self.skip:
+            self.skip -= 1
+            return False
+        return True
+
+    def missed(self, session_id: str) -> None:
+        self.forget(session_id)
+        self.misses = min(self.misses + 1, 6)
+        self.skip = 2**self.misses
 
     def remember(self, session_id: str, batch: LinkedBatch) -> None:
         last = batch.rows[-1]  # in INSERT_COLUMNS' order
@@ -248,8 +265,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 try:
                     alone = self._commit(conn, insert, batch, within, committing=not within)
                 except _Stale:
-                    self._tips().forget(session_id)  # another writer appended: the long way
+                    self._tips().missed(session_id)  # another writer appended: the long way
                 else:
+                    self._tips().misses = 0
                     self._tips().remember(session_id, batch)
                     return list(batch.records) if alone else batch.records
             try:
@@ -383,7 +401,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         together. None when it cannot be tried."""
         tips = self._tips()
         session, order = tips.sessions.get(session_id), tips.order
-        if session is None or order is None:
+        if session is None or order is None or not tips.ready():
             return None
         (head, prev_hash), (position, order_hash) = session, order
         try:

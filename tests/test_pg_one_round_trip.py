@@ -188,3 +188,21 @@ def test_any_interleaving_of_three_writers_gives_one_writers_log(steps: list[tup
         for store in stores:
             store.close()
         drop_schema(schema)
+
+
+def test_misses_in_a_row_make_the_tries_rarer() -> None:
+    from turnlog.store.pg_append import _Tips
+
+    tips = _Tips()
+    assert tips.ready()
+    waits = []
+    for _ in range(8):
+        tips.missed("s")
+        wait = 0
+        while not tips.ready():
+            wait += 1
+        waits.append(wait)
+    assert waits == [2, 4, 8, 16, 32, 64, 64, 64]
+    tips.misses = 0  # a try that worked
+    tips.missed("s")
+    assert [tips.ready() for _ in range(3)] == [False, False, True]
