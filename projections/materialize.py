@@ -110,6 +110,12 @@ class Materializer:
         """The memos of the last append's own apply, kept once its commit is known."""
         self._memo_lock = threading.Lock()
 
+    def prepare(self) -> None:
+        """Create the projections' tables now (remaking those another version of the code wrote),
+        rather than at the first catch-up: a writer that catches up only now and then (the
+        LangGraph saver) pays it when it opens, as PostgresSaver's ``setup()``."""
+        self._prepare()
+
     def _prepare(self) -> None:
         if self._ready:
             return

@@ -267,7 +267,9 @@ def advance_in_batches(store: Store) -> None:
     transaction of its own (on PostgreSQL, tens of round trips), and one folds a backlog as cheaply
     per event as a catch-up per turn would. Readers catch up what is left before they read (the
     saver's own reads need only its memory or the LangGraph index); the log itself is durable at
-    every append."""
+    every append. The projections' tables are made here, when the saver opens the store, not in
+    the turn whose append first catches them up."""
+    materializer(store).prepare()
     ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
     applied = 0  # the last position this hook caught the projections up to
 
