@@ -246,11 +246,43 @@ def test_refill_to_is_validated() -> None:
     assert ContextPolicy(budget=100, refill_to=1).refill_to == 1
 
 
-def test_calibrate_and_cache_stable_are_refused_together(store: SQLiteStore) -> None:
-    Session(store)
-    policy = ContextPolicy(budget=2000, cache_stable=True, calibrate=True)
-    with pytest.raises(Exception, match="cannot be calibrated"):
-        build_context(store, "s", policy, model="gpt-4o")
+def test_a_calibrated_cache_stable_context_follows_the_ratio_at_each_call(store: SQLiteStore) -> None:
+    """calibrate with cache_stable: the fold checks each call against the budget calibrated as of
+    that call, so what is sent stays within the budget in the model's tokens; the cut moves when
+    the ratio's rise makes the context overflow, and the prefix holds between moves."""
+    from turnlog.projections.estimates import session_estimates
+    from turnlog.store import UsageRecorded
+
+    session = Session(store)
+    for i in range(40):
+        session.apply("user", 30)
+        session.apply("call", [200 + 10 * (i % 5)])
+        session.apply("text", 40)
+        if i == 19:  # the model bills twice the estimate of its latest call: ratio 2 from here
+            last = store.read_tail("s", 1)[0]
+            [*_, call], _ = session_estimates(store, "s")
+            usage = UsageRecorded(
+                model="claude-sonnet-4", input_tokens=2 * call.estimated_input, output_tokens=1,
+                call_event_id=last.event_id,
+            )  # fmt: skip
+            ratio_from = store.append("s", [usage])[0].position
+    policy = ContextPolicy(budget=3000, cache_stable=True, calibrate=True)
+    previous: Any = None
+    moves_after = 0
+    for at in calls_of(store):
+        built = build_context(store, "s", policy, at=at, model="claude-sonnet-4")
+        budget = 1500 if at >= ratio_from else 3000
+        assert built.policy.budget == budget and built.total_tokens <= budget
+        assert built.cut == stable_cut(store, "s", policy, at, "claude-sonnet-4").cut
+        if previous is not None:
+            if built.cut == previous.cut:
+                assert is_prefix(previous.rendered, built.rendered)
+            elif previous.at_position < ratio_from <= at:
+                moves_after += 1
+        previous = built
+    assert moves_after == 1  # the first call under the halved budget moved the cut
+    with pytest.raises(Exception, match="needs the model"):
+        build_context(store, "s", policy)
 
 
 # -- determinism ------------------------------------------------------------------------------------
