@@ -23,6 +23,11 @@ CALL_POINTS = (
 )
 
 
+REFILL_STEP = 0.05
+"""When ``refill_to`` of the budget cannot hold what is always kept, the share is raised by this
+much until it can."""
+
+
 def call_points_on(conn: Any, session_id: str, after: int, through: int) -> list[tuple[int, int]]:
     """The session's model calls in (``after``, ``through``] as the context index on ``conn`` has
     them: (position, head version) of the position just before each assistant message, ascending;
@@ -125,7 +130,10 @@ def _refill_start(
     except ContextBudgetError:
         if share >= 1:
             raise
-        return _refill_start(store, session_id, policy, at, head, 1.0)
+        # What is always kept (system, first request, pins) needs more than ``share``: the least
+        # share above it, so the context is left as small as it can be rather than full (which
+        # would move the cut again at the next call).
+        return _refill_start(store, session_id, policy, at, head, min(1.0, share + REFILL_STEP))
     return builder.start
 
 
