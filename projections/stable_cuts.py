@@ -145,7 +145,12 @@ class StableCutsProjection(Projection):
                     continue
                 state = memo.get(sid)
                 if state is None:
-                    state = memo[sid] = _read_state(conn, sid)
+                    # Most sessions have no stored cache-stable policy: the set of those that do
+                    # is read once (on a server, an append then costs no read of its own).
+                    folded = _folded_sessions(conn, memo)
+                    state = memo[sid] = (
+                        _read_state(conn, sid) if sid in folded else _State(None, None, StableCut())
+                    )
                 if state.policy is None:
                     continue
                 store = store or self._the_store()
@@ -155,7 +160,12 @@ class StableCutsProjection(Projection):
                     )
             else:
                 store = store or self._the_store()
-                memo[sid] = self._reset(store, conn, sid, record.position)
+                memo[sid] = state = self._reset(store, conn, sid, record.position)
+                folded = _folded_sessions(conn, memo)
+                if state.key is None:
+                    folded.discard(sid)
+                else:
+                    folded.add(sid)
 
     def _the_store(self) -> Store:
         store = None if self._store is None else self._store()
@@ -207,6 +217,18 @@ def _fold_one(
             del events[version]
     conn.execute(_INSERT, (sid, at, head, cut.cut, cut.moved_at, cut.moved_head))
     return cut
+
+
+_FOLDED = ("folded sessions",)
+"""The memo's key for the set of sessions with rows (a tuple: every other key is a session id)."""
+
+
+def _folded_sessions(conn: Connection, memo: dict[Any, Any]) -> set[str]:
+    found: set[str] | None = memo.get(_FOLDED)
+    if found is None:
+        rows = conn.execute("SELECT session_id FROM ctx_stable_policies").fetchall()
+        found = memo[_FOLDED] = {str(r[0]) for r in rows}
+    return found
 
 
 def _read_state(conn: Connection, sid: str) -> _State:
