@@ -11,8 +11,9 @@ cut is a pure function of the log and the policy: a build as of any position, a 
 build give the same bytes. A build at a position between calls uses the cut of the last call before
 it, checked (and moved if need be) the same way, so that no context exceeds its budget.
 
-The fold is remembered per store object, policy and session, and resumed from the last call it
-reached: a warm build folds only the calls made since."""
+For the session's stored policy the fold is materialized (projections.stable_cuts): a build reads
+its cut. Any other policy's fold is remembered per store object, policy and session, and resumed
+from the last call it reached: a warm build folds only the calls made since."""
 
 from __future__ import annotations
 
