@@ -13,8 +13,9 @@ read sees the rows as a catch-up would have written them."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -35,6 +36,22 @@ BATCH = 5000
 MEMO_KEYS = 10_000
 """A projection's memo (see :meth:`Projection.apply_remembering`) holding more keys (sessions) than
 this is dropped, and begins again from the rows."""
+
+
+_QUIET = threading.local()
+
+
+@contextlib.contextmanager
+def quiet_catch_up() -> Iterator[None]:
+    """Inside the block, this thread's catch-ups do nothing: for a projection whose apply builds
+    from the other projections' rows (projections.stable_cuts), which are the ones being written
+    in the same transaction, as far as they go."""
+    depth: int = getattr(_QUIET, "depth", 0)
+    _QUIET.depth = depth + 1
+    try:
+        yield
+    finally:
+        _QUIET.depth = depth
 
 
 class Projection(abc.ABC):
@@ -277,6 +294,8 @@ class Materializer:
         if appended and appended is self._applied_within and through is None:
             self._keep_memo(appended)
             return appended[-1].position  # applied in the append's own transaction
+        if getattr(_QUIET, "depth", 0):
+            return 0  # a projection's apply, reading the rows being written (quiet_catch_up)
         self._prepare()
         if self.store.readonly:
             return self._fold(through)

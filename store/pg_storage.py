@@ -83,6 +83,19 @@ class PgProjectionStorage(_Base):
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
 
+    @contextlib.contextmanager
+    def reading_on(self, conn: Any) -> Iterator[None]:
+        local = self._held_reading()
+        held = getattr(local, "conn", None)
+        if held is conn or not isinstance(conn, QmarkConnection):
+            yield
+            return
+        local.conn = conn
+        try:
+            yield
+        finally:
+            local.conn = held
+
     def _held_reading(self) -> threading.local:
         """This thread's open :meth:`reading`, as ``.conn`` (None or missing: none)."""
         found: threading.local | None = vars(self).get("_reading_local")
