@@ -12,7 +12,7 @@ from turnlog.projections.ledger import Ledger
 from turnlog.projections.live_index import LiveIndex
 from turnlog.projections.materialize import Materializer, Projection
 from turnlog.projections.runtime import RuntimeProjection
-from turnlog.projections.sessions import SessionsProjection
+from turnlog.projections.sessions_projection import SessionsProjection
 from turnlog.projections.stable_cuts import StableCutsProjection
 from turnlog.projections.todos import TodosProjection
 from turnlog.store import RecordedEvent, Store
