@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from turnlog.projections.context_builder import ContextBuilder
 from turnlog.projections.context_cache import build_stable
+from turnlog.projections.context_fold import calibrated
 from turnlog.projections.context_index import ContextIndex
 from turnlog.projections.context_types import (
     FILL_MIN,
@@ -51,7 +52,7 @@ def build_context(
         with store.reading():
             current = materializer(store).current_head(session_id)
             if current is not None and current[1] > 0:
-                built = _build(store, session_id, policy, *current)
+                built = _build(store, session_id, policy, *current, model)
         if current is not None and current[1] > 0:
             if record:
                 store.append(session_id, [built.to_event(run_id=run_id, model=model)])
@@ -66,42 +67,26 @@ def build_context(
     head_version = store.version_at(session_id, at)
     if head_version == 0:
         raise StoreError(f"session {session_id!r} has no events at or before position {at}")
-    if policy.calibrate:
-        if policy.cache_stable:
-            raise StoreError(
-                "a cache-stable context cannot be calibrated (its cut is folded over the session's "
-                "calls with one budget): give the calibrated budget itself"
-            )
-        policy = _calibrated(store, session_id, policy, at, model)
+    if policy.calibrate and model is None:
+        raise StoreError("a calibrated budget needs the model the context is for (model=...)")
+    if policy.calibrate and not policy.cache_stable:
+        policy = calibrated(store, session_id, policy, at, model)
     # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
     # a read (SQLite's nested readings share its transaction the same way).
     with store.reading():
-        built = _build(store, session_id, policy, at, head_version)
+        built = _build(store, session_id, policy, at, head_version, model)
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
 
 
-def _build(store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int) -> BuiltContext:
+def _build(
+    store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int, model: str | None
+) -> BuiltContext:
     if policy.cache_stable:
-        return build_stable(store, session_id, policy, at, head_version)
+        # (Calibrated as of each call of the fold, when it is calibrated.)
+        return build_stable(store, session_id, policy, at, head_version, model=model)
     return ContextBuilder(store, session_id, policy, at, head_version).build()
-
-
-def _calibrated(
-    store: Store, session_id: str, policy: ContextPolicy, at: int, model: str | None
-) -> ContextPolicy:
-    """``policy`` with its budget divided by the model's calibration ratio as of ``at`` (unchanged
-    when the session's usage so far shows none)."""
-    if model is None:
-        raise StoreError("a calibrated budget needs the model the context is for (model=...)")
-    from turnlog.projections.estimates import calibration, session_estimates
-
-    calls, runs = session_estimates(store, session_id, at=at)
-    ratio = calibration(calls, runs).get(model)
-    if not ratio:
-        return policy
-    return policy.model_copy(update={"budget": max(1, int(policy.budget / ratio))})
 
 
 def timeline(store: Store, session_id: str, policy: ContextPolicy) -> list[Block]:

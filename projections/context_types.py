@@ -89,7 +89,7 @@ class ContextPolicy(BaseModel):
     context unchanged while the budget allows; when it does not, the history's start (the cut)
     moves once, far enough to leave the context at about ``refill_to`` of the budget, and stays
     there until the budget is exceeded again (projections.context_cache)."""
-    refill_to: float = Field(default=0.6, gt=0, le=1)
+    refill_to: float = Field(default=0.4, gt=0, le=1)
     """Under ``cache_stable``: the share of the budget a context is left at when the cut moves."""
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from turnlog.projections.live_index import dead_ranges, is_dead
+from turnlog.projections.live_ranges import COMPENSATING_TYPES as COMPENSATING_TYPES
+from turnlog.projections.live_ranges import marks
 from turnlog.store import (
     Event,
     MessageAppended,
@@ -22,9 +23,6 @@ from turnlog.store import (
     Store,
     ToolReturned,
 )
-
-COMPENSATING_TYPES = ("session_rewound", "message_removed")
-"""The event types that change which events are live; they are never live themselves."""
 
 
 @dataclass(slots=True)
@@ -168,5 +166,4 @@ def live_marks(
 
     materializer(store).catch_up()
     with store.reading() as conn:
-        dead = dead_ranges(conn, session_id, store.head_position())
-    return [r.type not in COMPENSATING_TYPES and not is_dead(dead, r.version) for r in records]
+        return marks(conn, session_id, store.head_position(), records)

@@ -13,19 +13,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+# The readers of the ranges live in live_ranges, which loads neither the event models nor this
+# machinery (`turnlog log` starts fast); they are imported from here too.
+from turnlog.projections.live_ranges import DEAD_RANGES as DEAD_RANGES
+from turnlog.projections.live_ranges import LIVE_PROJECTION, LIVE_VERSION
+from turnlog.projections.live_ranges import Gap as Gap
+from turnlog.projections.live_ranges import dead_ranges as dead_ranges
+from turnlog.projections.live_ranges import is_dead as is_dead
+from turnlog.projections.live_ranges import live_condition as live_condition
 from turnlog.projections.materialize import Projection, copy_rows, fork_of
 from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
 from turnlog.store.dialect import Connection, dialect_of
-
-Gap = tuple[int, int]
-"""A range of versions (first, last), both included."""
 
 
 class LiveIndex(Projection):
     """The ranges of versions that are not live, and when."""
 
-    name: ClassVar[str] = "live"
-    version: ClassVar[int] = 1
+    name: ClassVar[str] = LIVE_PROJECTION
+    version: ClassVar[int] = LIVE_VERSION
     tables: ClassVar[tuple[str, ...]] = ("live_gaps", "live_calls", "live_answers", "live_forks")
     types: ClassVar[tuple[str, ...] | None] = (
         "session_started",
@@ -176,44 +181,3 @@ def _copy_prefix(conn: Connection, fork: tuple[str, int, int], child: str) -> No
     )
     copy_rows(conn, "live_calls", parent, child, "version <= ?", (version,))
     copy_rows(conn, "live_answers", parent, child, "return_version <= ?", (version,))
-
-
-DEAD_RANGES = (
-    "SELECT first_version, last_version FROM live_gaps WHERE session_id = ? AND dead_at <= ? "
-    "AND (alive_at IS NULL OR alive_at > ?)"
-)
-"""The ranges not live as of a position (session id, at, at): what :func:`dead_ranges` reads."""
-
-
-def dead_ranges(conn: Connection, session_id: str, at: int) -> list[Gap]:
-    """The session's versions that are not live as of position ``at``, as sorted disjoint ranges."""
-    found = sorted((int(lo), int(hi)) for lo, hi in conn.execute(DEAD_RANGES, (session_id, at, at)))
-    merged: list[Gap] = []
-    for lo, hi in found:
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
-def is_dead(ranges: Sequence[Gap], version: int) -> bool:
-    """Whether ``version`` lies in one of the sorted disjoint ``ranges``."""
-    lo, hi = 0, len(ranges)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ranges[mid][1] < version:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo < len(ranges) and ranges[lo][0] <= version
-
-
-def live_condition(alias: str) -> str:
-    """SQL true when the row ``alias`` (with ``session_id`` and ``version`` columns) is live as of a
-    position; binds that position twice, after the query's earlier parameters."""
-    return (
-        f"NOT EXISTS (SELECT 1 FROM live_gaps g WHERE g.session_id = {alias}.session_id "
-        f"AND g.first_version <= {alias}.version AND g.last_version >= {alias}.version "
-        "AND g.dead_at <= ? AND (g.alive_at IS NULL OR g.alive_at > ?))"
-    )

@@ -13,13 +13,14 @@ read sees the rows as a catch-up would have written them."""
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from turnlog.store import CorruptStoreError, RecordedEvent, SessionStarted, Store
-from turnlog.store.dialect import Connection, dialect_of
+from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
 from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
@@ -36,6 +37,22 @@ BATCH = 5000
 MEMO_KEYS = 10_000
 """A projection's memo (see :meth:`Projection.apply_remembering`) holding more keys (sessions) than
 this is dropped, and begins again from the rows."""
+
+
+_QUIET = threading.local()
+
+
+@contextlib.contextmanager
+def quiet_catch_up() -> Iterator[None]:
+    """Inside the block, this thread's catch-ups do nothing: for a projection whose apply builds
+    from the other projections' rows (projections.stable_cuts), which are the ones being written
+    in the same transaction, as far as they go."""
+    depth: int = getattr(_QUIET, "depth", 0)
+    _QUIET.depth = depth + 1
+    try:
+        yield
+    finally:
+        _QUIET.depth = depth
 
 
 class Projection(abc.ABC):
@@ -112,6 +129,12 @@ class Materializer:
         self._memo_pending: tuple[Sequence[RecordedEvent], dict[str, dict[Any, Any]]] | None = None
         """The memos of the last append's own apply, kept once its commit is known."""
         self._memo_lock = threading.Lock()
+
+    def prepare(self) -> None:
+        """Create the projections' tables now (remaking those another version of the code wrote),
+        rather than at the first catch-up: a writer that catches up only now and then (the
+        LangGraph saver) pays it when it opens, as PostgresSaver's ``setup()``."""
+        self._prepare()
 
     def _prepare(self) -> None:
         if self._ready:
@@ -215,9 +238,17 @@ class Materializer:
                         conn.execute("RELEASE turnlog_projections")
                         return False
                     memos = {name: {} for name in names}
-                moved = conn.execute(
-                    "UPDATE projection_checkpoints SET position = ? "
-                    f"WHERE name IN ({','.join('?' * len(names))}) AND position = ?",
+                # Moved only from where the memos expect them, else the statement fails (another
+                # process rebuilt or reset them: the memos say nothing). That failure ends the
+                # append's batch, which then commits the events alone and returns records that are
+                # not these (store.pg_append), so the catch-up after the commit does the work. No
+                # row count is read here: the append's RELEASE and COMMIT go in the same round trip.
+                conn.execute(
+                    _server_dialect(conn).expecting_rows(
+                        "UPDATE projection_checkpoints SET position = ? "
+                        f"WHERE name IN ({','.join('?' * len(names))}) AND position = ?",
+                        len(names),
+                    ),
                     (end, *names, start),
                 )
                 for projection in self.projections:
@@ -225,8 +256,6 @@ class Materializer:
                     projection.apply_remembering(
                         conn, [r for r in records if types is None or r.type in types], memos[projection.name]
                     )
-            if moved.rowcount != len(names):
-                raise _Moved  # another process rebuilt or reset them: the memos say nothing
         except Exception:
             # As in apply_within: derived state only, redone by the catch-up after the commit.
             conn.execute("ROLLBACK TO turnlog_projections")
@@ -289,6 +318,8 @@ class Materializer:
         if appended and appended is self._applied_within and through is None:
             self._keep_memo(appended)
             return appended[-1].position  # applied in the append's own transaction
+        if getattr(_QUIET, "depth", 0):
+            return 0  # a projection's apply, reading the rows being written (quiet_catch_up)
         self._prepare()
         if self.store.readonly:
             return self._fold(through)
@@ -310,7 +341,8 @@ class Materializer:
         if pending is None:
             with self.store.reading() as conn:
                 if dialect_of(conn).remote and hasattr(conn, "prefetch"):
-                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())])  # one round trip
+                    # One round trip, its snapshot's end included (nothing else is read here).
+                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
                 limit = counted_through(conn) if through is None else min(counted_through(conn), through)
                 stored = dict(conn.execute(_POSITIONS).fetchall())
                 checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
@@ -474,8 +506,12 @@ class Materializer:
         return problems
 
 
-class _Moved(Exception):
-    """The checkpoints were not where an append's own apply expected them."""
+def _server_dialect(conn: Connection) -> PostgresDialect:
+    """The dialect of a connection to a server (the remote apply runs only there)."""
+    dialect = dialect_of(conn)
+    if not isinstance(dialect, PostgresDialect):
+        raise TypeError(f"not a server's connection: {dialect.name}")
+    return dialect
 
 
 def fork_of(conn: Connection, record: RecordedEvent) -> tuple[str, int, int] | None:

@@ -12,7 +12,8 @@ from turnlog.projections.ledger import Ledger
 from turnlog.projections.live_index import LiveIndex
 from turnlog.projections.materialize import Materializer, Projection
 from turnlog.projections.runtime import RuntimeProjection
-from turnlog.projections.sessions import SessionsProjection
+from turnlog.projections.sessions_projection import SessionsProjection
+from turnlog.projections.stable_cuts import StableCutsProjection
 from turnlog.projections.todos import TodosProjection
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import Connection
@@ -24,8 +25,10 @@ _ATTRIBUTE = "_turnlog_materializer"
 _KEPT: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
-def all_projections() -> list[Projection]:
-    """A fresh instance of every materialized projection."""
+def all_projections(store: Store | None = None) -> list[Projection]:
+    """A fresh instance of every materialized projection (``store``: the one they will be applied
+    to, which the stable cuts' builds read; without it they can be created, not applied). The
+    stable cuts come last: their builds read the rows of the others."""
     return [
         LiveIndex(),
         ContextIndex(),
@@ -35,6 +38,7 @@ def all_projections() -> list[Projection]:
         TodosProjection(),
         LangGraphIndex(),
         RuntimeProjection(),
+        StableCutsProjection(store),
     ]
 
 
@@ -43,7 +47,7 @@ def materializer(store: Store) -> Materializer:
     attributes = vars(store)
     found: Materializer | None = attributes.get(_ATTRIBUTE)
     if found is None:
-        found = attributes[_ATTRIBUTE] = Materializer(store, all_projections())
+        found = attributes[_ATTRIBUTE] = Materializer(store, all_projections(store))
     return found
 
 

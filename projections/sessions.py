@@ -1,24 +1,21 @@
-"""The sessions projection: one row per session with its counts, title, model, fork point and activity,
-plus a cumulative row per event so the same listing can be read as of any earlier position."""
+"""The list of sessions, read from the sessions projection (its writer is projections.sessions_projection):
+one row per session with its counts, title, model, fork point and activity, as of now or of any
+earlier position. Loads neither the event models nor the materializer until a read needs them, so
+``turnlog sessions`` starts at once on a store whose projections are caught up."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, Protocol
 
-from turnlog.projections.live_index import dead_ranges
-from turnlog.projections.materialize import Projection
-from turnlog.store import (
-    ForkPoint,
-    MessageAppended,
-    RecordedEvent,
-    SessionStarted,
-    Store,
-    StoreError,
-    ToolReturned,
-)
-from turnlog.store.dialect import Connection, dialect_of
+from turnlog.projections.live_ranges import LIVE_PROJECTION, LIVE_VERSION, dead_ranges
+from turnlog.store.dialect import Connection
+from turnlog.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from turnlog.store import ForkPoint, Store
+    from turnlog.store.sqlite_quick import QuickView
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +56,12 @@ class SessionInfo:
     """When its last event was recorded."""
 
 
-# The counters kept cumulatively, in column order (both tables hold them under these names).
-_COUNTERS = (
+SESSIONS_PROJECTION = "sessions"
+"""The projection's name (its checkpoint's key); its writer is projections.sessions_projection."""
+SESSIONS_VERSION = 2
+"""The projection's version: bump it when its tables or its logic change."""
+
+COUNTERS = (
     "version",
     "system_messages",
     "user_messages",
@@ -69,155 +70,24 @@ _COUNTERS = (
     "tool_returns",
     "tokens",
 )
-
-
-@dataclass(slots=True)
-class _State:
-    counters: list[int]
-    last_position: int
-    last_recorded_at: str
-    new: bool
-    """Not in sess_sessions yet: inserted whole, with its static columns."""
-    title: str | None = None
-    model: str | None = None
-    parent_session_id: str | None = None
-    parent_version: int | None = None
-    first_position: int = 0
-    first_recorded_at: str = ""
-
-
-class SessionsProjection(Projection):
-    """Per session: its current counters (``sess_sessions``) and their value after each of its events
-    (``sess_history``, keyed by position, which is what makes "as of a position" one index seek)."""
-
-    name: ClassVar[str] = "sessions"
-    version: ClassVar[int] = 2
-    tables: ClassVar[tuple[str, ...]] = ("sess_sessions", "sess_history")
-    types: ClassVar[tuple[str, ...] | None] = None  # every event counts towards the totals
-
-    def create(self, conn: Connection, schema: str = "main") -> None:
-        dialect_of(conn).create(
-            conn,
-            """
-            CREATE TABLE {schema}.sess_sessions (
-                session_id TEXT PRIMARY KEY,
-                title TEXT,
-                model TEXT,
-                parent_session_id TEXT,          -- fork point, from session_started
-                parent_version INTEGER,
-                first_position INTEGER NOT NULL,
-                first_recorded_at TEXT NOT NULL,
-                version INTEGER NOT NULL,        -- head version = number of events
-                system_messages INTEGER NOT NULL,
-                user_messages INTEGER NOT NULL,
-                assistant_messages INTEGER NOT NULL,
-                tool_calls INTEGER NOT NULL,
-                tool_returns INTEGER NOT NULL,
-                tokens INTEGER NOT NULL,
-                last_position INTEGER NOT NULL,
-                last_recorded_at TEXT NOT NULL
-            );
-            CREATE INDEX sess_sessions_first
-                ON {schema}.sess_sessions (first_position);
-            CREATE TABLE {schema}.sess_history (
-                session_id TEXT NOT NULL,
-                position INTEGER NOT NULL,       -- the event's global position
-                recorded_at TEXT NOT NULL,
-                version INTEGER NOT NULL,        -- counters as they are after this event
-                system_messages INTEGER NOT NULL,
-                user_messages INTEGER NOT NULL,
-                assistant_messages INTEGER NOT NULL,
-                tool_calls INTEGER NOT NULL,
-                tool_returns INTEGER NOT NULL,
-                tokens INTEGER NOT NULL,
-                PRIMARY KEY (session_id, position)
-            )
-            """,
-            schema,
-        )
-
-    def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
-        self.apply_remembering(conn, records, {})
-
-    def apply_remembering(
-        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, _State]
-    ) -> None:
-        """The memo: each session's sess_sessions row."""
-        states: dict[str, _State] = {}  # the sessions of these records
-        history: list[tuple[object, ...]] = []
-        for record in records:
-            sid = record.session_id
-            st = states.get(sid) or memo.get(sid)
-            if st is None:
-                st = _load(conn, sid) or _State(
-                    [0] * len(_COUNTERS),
-                    0,
-                    "",
-                    new=True,
-                    first_position=record.position,
-                    first_recorded_at=record.recorded_at,
-                )
-            states[sid] = st
-            event = record.event
-            c = st.counters
-            c[0] = record.version
-            if isinstance(event, MessageAppended):
-                c[1 + ("system", "user", "assistant").index(event.role)] += 1
-                c[4] += len(event.tool_calls or ())
-            elif isinstance(event, ToolReturned):
-                c[5] += 1
-            elif isinstance(event, SessionStarted):
-                st.title, st.model = event.title, event.model
-                if event.parent is not None:
-                    st.parent_session_id = event.parent.session_id
-                    st.parent_version = event.parent.version
-            c[6] += record.tokens or 0
-            st.last_position = record.position
-            st.last_recorded_at = record.recorded_at
-            history.append((sid, record.position, record.recorded_at, *c))
-        conn.executemany(
-            f"INSERT INTO sess_history (session_id, position, recorded_at, {', '.join(_COUNTERS)}) "
-            f"VALUES ({', '.join('?' * (3 + len(_COUNTERS)))})",
-            history,
-        )
-        for sid, st in states.items():
-            memo[sid] = st
-            if st.new:
-                st.new = False
-                conn.execute(
-                    "INSERT INTO sess_sessions (session_id, title, model, parent_session_id, "
-                    "parent_version, first_position, first_recorded_at, "
-                    f"{', '.join(_COUNTERS)}, last_position, last_recorded_at) "
-                    f"VALUES ({', '.join('?' * (9 + len(_COUNTERS)))})",
-                    (sid, st.title, st.model, st.parent_session_id, st.parent_version,
-                     st.first_position, st.first_recorded_at, *st.counters,
-                     st.last_position, st.last_recorded_at),
-                )  # fmt: skip
-            else:
-                # session_started is always version 1, so an existing row's static columns are final.
-                conn.execute(
-                    f"UPDATE sess_sessions SET {', '.join(f'{name} = ?' for name in _COUNTERS)}, "
-                    "last_position = ?, last_recorded_at = ? WHERE session_id = ?",
-                    (*st.counters, st.last_position, st.last_recorded_at, sid),
-                )
-
-
-def _load(conn: Connection, sid: str) -> _State | None:
-    row = conn.execute(
-        f"SELECT {', '.join(_COUNTERS)}, last_position, last_recorded_at FROM sess_sessions "
-        "WHERE session_id = ?",
-        (sid,),
-    ).fetchone()
-    if row is None:
-        return None
-    n = len(_COUNTERS)
-    return _State(list(row[:n]), row[n], row[n + 1], new=False)
+"""The counters kept cumulatively, in column order (both tables hold them under these names)."""
 
 
 _STATIC = (
     "s.session_id, s.title, s.model, s.parent_session_id, s.parent_version, s.first_position, "
     "s.first_recorded_at"
 )
+
+
+class _Reader(Protocol):
+    """What the listing reads through: a store, or a quick view of a store file."""
+
+    def reading(self) -> AbstractContextManager[Any]: ...
+    def head_position(self) -> int: ...
+
+
+class _NeedsContextIndex(Exception):
+    """A quick listing met undone messages, whose counts need the context index's rows."""
 
 
 def list_sessions(store: Store, at: int | None = None) -> list[SessionInfo]:
@@ -228,12 +98,35 @@ def list_sessions(store: Store, at: int | None = None) -> list[SessionInfo]:
     before ``at``: one seek on the ``(session_id, position)`` key per session, so the cost is
     O(S·log N) for S sessions and N events, whatever the sessions' lengths; no event is read.
     """
-    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0):
-        raise StoreError(f"at must be a log position (an integer >= 0), not {at!r}")
-    from turnlog.projections.registry import materializer  # here: the registry imports this module
+    _check_at(at)
+    from turnlog.projections.registry import materializer  # here: the registry imports the writer
 
     materializer(store).catch_up()
-    counters = ", ".join(f"h.{name}" for name in _COUNTERS)
+    return _listing(store, at, quick=False)
+
+
+def quick_sessions(view: QuickView, at: int | None = None) -> list[SessionInfo] | None:
+    """:func:`list_sessions` read from a quick view of a store file, without the materializer; None
+    when the file's rows cannot give it as they stand (the projections it reads are behind, or a
+    session has undone messages: then the full store lists them)."""
+    _check_at(at)
+    if not (
+        view.current(SESSIONS_PROJECTION, SESSIONS_VERSION) and view.current(LIVE_PROJECTION, LIVE_VERSION)
+    ):
+        return None
+    try:
+        return _listing(view, at, quick=True)
+    except _NeedsContextIndex:
+        return None
+
+
+def _check_at(at: int | None) -> None:
+    if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0):
+        raise StoreError(f"at must be a log position (an integer >= 0), not {at!r}")
+
+
+def _listing(store: _Reader, at: int | None, *, quick: bool) -> list[SessionInfo]:
+    counters = ", ".join(f"h.{name}" for name in COUNTERS)
     with store.reading() as conn:
         if at is None:
             rows = conn.execute(
@@ -250,17 +143,19 @@ def list_sessions(store: Store, at: int | None = None) -> list[SessionInfo]:
                 (at, at),
             ).fetchall()
         through = store.head_position() if at is None else at
-        rows = [_live_counts(conn, row, through) for row in rows]
+        rows = [_live_counts(conn, row, through, quick) for row in rows]
     return [_info(row) for row in rows]
 
 
-def _live_counts(conn: Connection, row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+def _live_counts(conn: Connection, row: tuple[Any, ...], at: int, quick: bool) -> tuple[Any, ...]:
     """The row with its message counters counting live messages only: those of each of its own
     ranges that a rewind or a removal took out are subtracted (work for what was undone only)."""
     sid, parent_version = row[0], row[4] or 0
     dead = [(max(lo, parent_version + 1), hi) for lo, hi in dead_ranges(conn, sid, at) if hi > parent_version]
     if not dead:
         return row
+    if quick:
+        raise _NeedsContextIndex(sid)
     counts = list(row[7:14])  # version, system, user, assistant, tool calls, tool returns, tokens
     roles = {"system": 1, "user": 2, "assistant": 3, "tool": 5}
     for lo, hi in dead:
@@ -277,7 +172,11 @@ def _live_counts(conn: Connection, row: tuple[Any, ...], at: int) -> tuple[Any, 
 def _info(row: tuple[Any, ...]) -> SessionInfo:
     sid, title, model, parent_sid, parent_version, first_position, first_at = row[:7]
     version, system, user, assistant, calls, returns, tokens, last_position, last_at = row[7:]
-    parent = None if parent_sid is None else ForkPoint(session_id=parent_sid, version=parent_version)
+    parent = None
+    if parent_sid is not None:  # only a fork loads the event models
+        from turnlog.store import ForkPoint
+
+        parent = ForkPoint(session_id=parent_sid, version=parent_version)
     return SessionInfo(
         session_id=sid,
         head_version=version,

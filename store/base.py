@@ -281,6 +281,12 @@ class Store(EventStore):
     def reading(self) -> contextlib.AbstractContextManager[Any]:
         """A connection for a consistent read (one snapshot) across several statements."""
 
+    def reading_on(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        """Inside the block, this thread's readings (and the log's reads) use ``conn``, a
+        transaction of this store this thread has open: so a projection's apply can build from
+        rows not committed yet. SQLite's readings inside its transaction already do."""
+        return contextlib.nullcontext()
+
     @abc.abstractmethod
     def atomic(self, *, durable: bool = True, wait: bool = True) -> contextlib.AbstractContextManager[Any]:
         """A connection in a write transaction: committed when the block ends, rolled back if it

@@ -182,6 +182,16 @@ class PostgresDialect(_Neutral):
         with conn.pipeline():
             yield
 
+    def expecting_rows(self, update: str, count: int) -> str:
+        """``update`` (an ``UPDATE`` without ``RETURNING``) as a statement that fails when it
+        changes other than ``count`` rows, so that a batch can go on to its commit without waiting
+        to read the row count: the failure ends the batch there (its text names ``turnlog: expected
+        N rows``). The text-to-integer cast of a computed value raises at run time only."""
+        return (
+            f"WITH changed AS ({update} RETURNING 1) SELECT CASE WHEN count(*) = {int(count)} THEN 0 "
+            f"ELSE ('turnlog: expected {int(count)} rows, changed ' || count(*))::int END FROM changed"
+        )
+
     def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
         """A JSON text column's field at a dotted ``path`` equal to ``value``, as LangGraph's
         PostgresSaver compares them (JSON values: ``1`` and ``true`` differ, a missing field and a

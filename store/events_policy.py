@@ -69,7 +69,7 @@ class SessionPolicy(ValueModel):
     context starts with the previous one's while the budget allows, for the provider's prompt cache."""
     refill_to: Annotated[float, Field(gt=0, le=1)] | None = None
     """Under ``cache_stable``: the share of the budget a context is left at when its start moves
-    (default 0.6)."""
+    (default 0.4)."""
 
     def mode_for(self, tool_name: str | None) -> str:
         """The output mode of a tool (``simple`` unless the policy says otherwise)."""

@@ -15,7 +15,7 @@ projections catch up after it."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import psycopg.errors
@@ -33,8 +33,8 @@ from turnlog.store.append_rules import (
 )
 from turnlog.store.appender import BatchAppender
 from turnlog.store.base import Expected, RecordedEvent
-from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, link_batch, now
-from turnlog.store.errors import InvalidEventError, VersionConflictError
+from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, LinkedBatch, link_batch, now
+from turnlog.store.errors import InvalidEventError, StoreError, VersionConflictError
 from turnlog.store.pg_batch import StatementBatch
 from turnlog.store.pg_chain import place_unplaced
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
@@ -69,6 +69,28 @@ _TRY_ALL_LOCKS = (
     "pg_try_advisory_xact_lock(%s) THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END "
     f"ELSE 0 END ELSE -1 END FROM (SELECT max(version) AS v FROM {EVENT_TABLE} WHERE session_id = %s) AS h"
 )
+# The one-round-trip append's checks (store.pg_append.PgAppendingStore._planned): each fails, ending
+# the batch, unless the locks were free (the session's, the placing one, with projections the
+# store's) and, read after them, the heads are the ones the batch was linked to, with no row
+# waiting for its place. A text that is not a number, cast at run time, is the failure.
+_FAST_MARK = "turnlog: one-round-trip append"
+_FAST_FAIL = f"('{_FAST_MARK}: ' || pg_backend_pid())::int"
+_FAST_LOCKS = (
+    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
+    f"THEN 0 ELSE {_FAST_FAIL} END"
+)
+_FAST_LOCKS_ALL = (
+    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
+    f"AND pg_try_advisory_xact_lock(%s) THEN 0 ELSE {_FAST_FAIL} END"
+)
+_FAST_HEADS = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
+    f"{EVENT_TABLE} WHERE session_id = %s ORDER BY version DESC LIMIT 1) AS s "
+    "WHERE s.version = %s AND s.hash = %s) AND EXISTS (SELECT 1 FROM (SELECT position, order_hash "
+    f"FROM {EVENT_TABLE} WHERE position IS NOT NULL ORDER BY position DESC LIMIT 1) AS g "
+    "WHERE g.position = %s AND g.order_hash = %s) "
+    f"AND NOT EXISTS (SELECT 1 FROM {EVENT_TABLE} WHERE position IS NULL) THEN 0 ELSE {_FAST_FAIL} END"
+)
 _NOT_STORED = "nothing of the batch was stored; retry it"
 _PLACING = (
     "the batch is stored but not yet placed in the global order; the next append or "
@@ -78,6 +100,87 @@ _MAYBE_STORED = (
     "the batch was stored whole or not at all: retry it with the same event ids (a batch already "
     "stored is returned, not stored twice)"
 )
+
+
+class _Stale(Exception):
+    """The heads a one-round-trip append was linked to had moved (or a lock was taken): nothing
+    was stored, and the append takes the long way."""
+
+
+def _is_stale(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and _FAST_MARK in str(exc)
+
+
+class _NeedsRead(Exception):
+    """A check of the batch needs to read the log: not a one-round-trip append."""
+
+
+class _NoReads:
+    """The append rules' questions when nothing may be read (store.append_rules.EventLookup): a
+    session's lineage already known, else :class:`_NeedsRead`."""
+
+    __slots__ = ("cache",)
+
+    def __init__(self, cache: dict[str, Segments]) -> None:
+        self.cache = cache
+
+    def event_facts(self, event_id: str) -> tuple[str, int, str] | None:
+        raise _NeedsRead
+
+    def lineage(self, session_id: str) -> Segments:
+        found = self.cache.get(session_id)
+        if found is None:
+            raise _NeedsRead
+        return found
+
+    def head_version(self, session_id: str) -> int:
+        raise _NeedsRead
+
+    def hash_of(self, session_id: str, version: int) -> str | None:
+        raise _NeedsRead
+
+
+class _Tips:
+    """The heads this store object's last placed appends left: each session's (version, hash), and
+    the order's (position, order hash). Only a guess: the server checks it (stale, it costs the
+    append one failed round trip), so threads may share it without a lock."""
+
+    __slots__ = ("misses", "order", "sessions", "skip")
+
+    LIMIT = 4096
+    """Sessions remembered (all are forgotten past it: a worker's few live sessions come back)."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, tuple[int, str]] = {}
+        self.order: tuple[int, str] | None = None
+        self.misses = 0
+        """One-round-trip appends that found the heads moved, one after the other."""
+        self.skip = 0
+        """Appends left to take the long way without trying: where other writers keep moving the
+        order, a try mostly costs a round trip, so each miss in a row doubles the wait (to 64)."""
+
+    def ready(self) -> bool:
+        """Whether to try the next append in one round trip."""
+        if self.skip:
+            self.skip -= 1
+            return False
+        return True
+
+    def missed(self, session_id: str) -> None:
+        self.forget(session_id)
+        self.misses = min(self.misses + 1, 6)
+        self.skip = 2**self.misses
+
+    def remember(self, session_id: str, batch: LinkedBatch) -> None:
+        last = batch.rows[-1]  # in INSERT_COLUMNS' order
+        if len(self.sessions) >= self.LIMIT:
+            self.sessions.clear()
+        self.sessions[session_id] = (int(last[2]), str(last[11]))
+        self.order = None if last[0] is None else (int(last[0]), str(last[13]))
+
+    def forget(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
+        self.order = None
 
 
 class _Lookup:
@@ -152,9 +255,21 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     ) -> list[RecordedEvent]:
         """One transaction: the locks, the heads, check, insert (placed when the store's lock was
         free), commit; then, for rows inserted unplaced, their placing. Any failure before the commit
-        rolls it all back; a lost connection says whether the batch may have been stored."""
-        committing = False
+        rolls it all back; a lost connection says whether the batch may have been stored. When this
+        store object knows the heads its last append left (its own session's and the order's), the
+        whole transaction is one round trip (:meth:`_planned`)."""
         with self.connection() as conn:
+            planned = self._planned(conn, session_id, prepared, expected_version, times)
+            if planned is not None:
+                insert, batch, within = planned
+                try:
+                    alone = self._commit(conn, insert, batch, within, committing=not within)
+                except _Stale:
+                    self._tips().missed(session_id)  # another writer appended: the long way
+                else:
+                    self._tips().misses = 0
+                    self._tips().remember(session_id, batch)
+                    return list(batch.records) if alone else batch.records
             try:
                 # The locks tried and the heads read in one round trip; only when another writer of
                 # the session holds its lock does the append queue for it (after a quick look at the
@@ -185,61 +300,136 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     batch = link_batch(
                         session_id, prepared, heads, salt=self.salt, recorded_at=now(), times=times
                     )
-                # The inserts and the commit in one round trip: from here on, a lost connection
-                # leaves the outcome unknown (whole or nothing), and the message says so.
-                within = locks == 2 and self.has_within_hooks()
-                if not within:
-                    committing = True
-                insert = StatementBatch(conn)
-                if batch.blobs:
-                    insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
-                insert.executemany(_INSERT_EVENT, batch.rows)
-                if not within:
-                    insert.execute("COMMIT")
-                    insert.send()
-                else:
-                    # The projections' rows in the same transaction (one commit), in a savepoint,
-                    # their statements joining the inserts' round trip (sent at their first read).
-                    # A failure found there may be the inserts' own: then the savepoint does not
-                    # exist, and the inserts' error is raised. A failure of the projections' rolls
-                    # the savepoint back and commits the events alone (the catch-up redoes them).
-                    insert.execute("SAVEPOINT turnlog_within")
-                    try:
-                        self.run_within(conn, batch.records, insert)
-                        insert.execute("RELEASE SAVEPOINT turnlog_within")
-                        insert.execute("COMMIT")
-                        committing = True
-                        insert.send()
-                    except Exception as exc:
-                        if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
-                            raise  # lost (the message says whether it may be stored), or committed
-                        first = insert.errors[0] if insert.errors else exc
-                        committing = False
-                        try:
-                            conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
-                        except psycopg.Error:
-                            raise first from None  # the inserts failed: nothing is committed
-                        committing = True
-                        conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
             except BaseException as exc:
-                if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                    suppress_closed(lambda: conn.execute("ROLLBACK"))
-                if (
-                    isinstance(exc, psycopg.errors.UniqueViolation)
-                    and exc.diag.constraint_name == "events_event_id_key"
-                ):
-                    raise StoredEventId from None
-                if isinstance(exc, psycopg.Error):
-                    raise translated(exc, self.where, _MAYBE_STORED if committing else _NOT_STORED) from exc
-                raise
+                self._failed(conn, exc, committing=False)
+            within = locks == 2 and self.has_within_hooks()
+            alone = self._commit(conn, StatementBatch(conn), batch, within, committing=not within)
             if placing:
-                return batch.records
+                self._tips().remember(session_id, batch)
+                # Records that are not the list the hooks were given tell the catch-up after the
+                # commit that their rows did not commit (projections.materialize: it redoes them).
+                return list(batch.records) if alone else batch.records
+            self._tips().forget(session_id)
             # Committed, not placed yet: place it now (and whatever else waits).
             try:
                 _, positions = self._place(conn, [r.event_id for r in batch.records])
             except psycopg.Error as exc:
                 raise translated(exc, self.where, _PLACING) from exc
         return [replace(r, position=positions[r.event_id]) for r in batch.records]
+
+    def _commit(
+        self, conn: Connection, insert: StatementBatch, batch: LinkedBatch, within: bool, *, committing: bool
+    ) -> bool:
+        """Queue the inserts (after what ``insert`` holds already), the projections' rows when
+        ``within``, and the COMMIT, and send them: one round trip. Returns whether the events
+        committed alone (the projections' part failed and was rolled back); raises the StoreError
+        of a failure (StoredEventId for an event id already stored; _Stale when a one-round-trip
+        append found the heads moved)."""
+        try:
+            if batch.blobs:
+                insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
+            insert.executemany(_INSERT_EVENT, batch.rows)
+            if not within:
+                insert.execute("COMMIT")
+                insert.send()
+                return False
+            # The projections' rows in the same transaction (one commit), in a savepoint, their
+            # statements joining the inserts' round trip (a read of theirs would send them first).
+            # A failure found there may be the inserts' own: then the savepoint does not exist, and
+            # the inserts' error is raised. A failure of the projections' rolls the savepoint back
+            # and commits the events alone (the catch-up redoes them).
+            insert.execute("SAVEPOINT turnlog_within")
+            try:
+                self.run_within(conn, batch.records, insert)
+                insert.execute("RELEASE SAVEPOINT turnlog_within")
+                insert.execute("COMMIT")
+                committing = True
+                insert.send()
+                return False
+            except Exception as exc:
+                if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+                    raise  # lost (the message says whether it may be stored), or committed
+                first = insert.errors[0] if insert.errors else exc
+                committing = False
+                if _is_stale(first):
+                    raise first from None
+                try:
+                    conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
+                except psycopg.Error:
+                    raise first from None  # the inserts failed: nothing is committed
+                committing = True
+                conn.execute("RELEASE SAVEPOINT turnlog_within; COMMIT")
+                return True
+        except BaseException as exc:
+            self._failed(conn, exc, committing=committing)
+
+    def _failed(self, conn: Connection, exc: BaseException, *, committing: bool) -> NoReturn:
+        """Raise what ``exc`` means, the transaction rolled back (``committing``: the COMMIT had
+        been sent, so the batch may be stored). Called in the ``except`` block that caught it."""
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            suppress_closed(lambda: conn.execute("ROLLBACK"))
+        if _is_stale(exc):
+            raise _Stale from None
+        if (
+            isinstance(exc, psycopg.errors.UniqueViolation)
+            and exc.diag.constraint_name == "events_event_id_key"
+        ):
+            raise StoredEventId from None
+        if isinstance(exc, psycopg.Error):
+            raise translated(exc, self.where, _MAYBE_STORED if committing else _NOT_STORED) from exc
+        raise exc
+
+    def _tips(self) -> _Tips:
+        found: _Tips | None = vars(self).get("_known_tips")
+        if found is None:
+            found = self.__dict__.setdefault("_known_tips", _Tips())
+        return found
+
+    def _planned(
+        self,
+        conn: Connection,
+        session_id: str,
+        prepared: list[Prepared],
+        expected_version: Expected,
+        times: list[str] | None,
+    ) -> tuple[StatementBatch, LinkedBatch, bool] | None:
+        """The one-round-trip append, when this store object's last append of the session left its
+        heads (the session's version and hash, the order's position and hash) and the batch's
+        checks need nothing read: BEGIN, the locks tried and the heads compared by the server (a
+        statement that fails unless all the locks were free and the heads are those: then the
+        append takes the long way), then the inserts, the projections' rows and COMMIT, queued
+        together. None when it cannot be tried."""
+        tips = self._tips()
+        session, order = tips.sessions.get(session_id), tips.order
+        if session is None or order is None or not tips.ready():
+            return None
+        (head, prev_hash), (position, order_hash) = session, order
+        try:
+            check_expected_head(session_id, expected_version, head)
+            with gc_paused():
+                check_semantics(_NoReads(self._lineages), session_id, head, prepared, new_session=False)
+        except (_NeedsRead, StoreError):
+            return None  # the long way reads what it needs, and raises what is wrong
+        within = self.has_within_hooks()
+        with gc_paused():
+            batch = link_batch(
+                session_id,
+                prepared,
+                Heads(head, prev_hash, position, order_hash),
+                salt=self.salt,
+                recorded_at=now(),
+                times=times,
+            )
+        insert = StatementBatch(conn)
+        insert.execute("BEGIN")
+        if within:
+            insert.execute(
+                _FAST_LOCKS_ALL, (self.session_lock_space, session_id, self.place_key, self.lock_key)
+            )
+        else:
+            insert.execute(_FAST_LOCKS, (self.session_lock_space, session_id, self.place_key))
+        insert.execute(_FAST_HEADS, (session_id, head, prev_hash, position, order_hash))
+        return insert, batch, within
 
     def _begin(
         self, conn: Connection, session_id: str, expected: int | None

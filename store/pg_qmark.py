@@ -76,6 +76,10 @@ class QmarkConnection:
         """The dialect :func:`store.dialect.dialect_of` finds on it."""
         self._batch: StatementBatch | None = batch
         self._begin = begin
+        self._begin_text = begin
+        self.nested = 0
+        """Readings inside the one that made this connection (store.pg_storage): while there are
+        any, :meth:`prefetch` never ends the transaction."""
         self._prefetched: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -105,16 +109,23 @@ class QmarkConnection:
             self._begin = None
         return batch
 
-    def prefetch(self, queries: Iterable[tuple[str, Sequence[Any]]]) -> None:
+    def prefetch(self, queries: Iterable[tuple[str, Sequence[Any]]], *, last: bool = False) -> None:
         """Run ``queries`` (``?`` placeholders, hashable parameters) together, one round trip; each
         result is kept for the first :meth:`execute` of the same query with the same parameters
         (in the same snapshot, so what it would have read). A read that knows what it will ask
-        next saves the round trips."""
+        next saves the round trips. ``last``: the reading asks nothing else, so when these are its
+        first statements its transaction ends in the same round trip (its ROLLBACK sent with
+        them, not at its end); a statement it sends after all begins a snapshot of its own."""
+        ending = last and self._begin is not None and self._batch is None and self.nested == 0
         batch = self._started()
         pending = [(sql, tuple(params), self._queue(batch, sql, params)) for sql, params in queries]
+        if ending:
+            batch.execute("ROLLBACK")
         batch.send()
         for sql, params, result in pending:
             self._prefetched[(sql, params)] = result.fetchall()
+        if ending:
+            self._begin = self._begin_text
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         rows = [_params(row) for row in rows]

@@ -65,7 +65,11 @@ class PgProjectionStorage(_Base):
         share one snapshot and one connection, and pay its BEGIN and ROLLBACK once."""
         held: QmarkConnection | None = getattr(self._held_reading(), "conn", None)
         if held is not None:
-            yield held
+            held.nested += 1
+            try:
+                yield held
+            finally:
+                held.nested -= 1
             return
         with self.connection() as conn:
             # Its BEGIN goes with the first statement (one round trip less).
@@ -78,6 +82,19 @@ class PgProjectionStorage(_Base):
                 if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
                     with contextlib.suppress(Exception):
                         conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def reading_on(self, conn: Any) -> Iterator[None]:
+        local = self._held_reading()
+        held = getattr(local, "conn", None)
+        if held is conn or not isinstance(conn, QmarkConnection):
+            yield
+            return
+        local.conn = conn
+        try:
+            yield
+        finally:
+            local.conn = held
 
     def _held_reading(self) -> threading.local:
         """This thread's open :meth:`reading`, as ``.conn`` (None or missing: none)."""

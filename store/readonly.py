@@ -4,9 +4,7 @@ on a file or folder it may not write; and folding deferred token counts in memor
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
-import tempfile
 import urllib.parse
 from collections.abc import Sequence
 
@@ -68,6 +66,9 @@ def connect_readonly(path: str, busy_timeout: float) -> tuple[sqlite3.Connection
     try:
         if not os.path.exists(wal) or os.path.getsize(wal) == 0:
             return _connect(f"file:{quoted}?mode=ro&immutable=1", busy_timeout), None
+        import shutil  # here: most reads never copy (the quick commands start without it)
+        import tempfile
+
         scratch = tempfile.mkdtemp(prefix="turnlog-read-")
         try:
             copy = os.path.join(scratch, "turnlog.store.db")
@@ -135,6 +136,8 @@ def _open_error(path: str, exc: sqlite3.Error) -> StoreError:
 
 def remove_scratch(scratch: str | None) -> None:
     if scratch is not None:
+        import shutil
+
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -246,11 +246,43 @@ def test_refill_to_is_validated() -> None:
     assert ContextPolicy(budget=100, refill_to=1).refill_to == 1
 
 
-def test_calibrate_and_cache_stable_are_refused_together(store: SQLiteStore) -> None:
-    Session(store)
-    policy = ContextPolicy(budget=2000, cache_stable=True, calibrate=True)
-    with pytest.raises(Exception, match="cannot be calibrated"):
-        build_context(store, "s", policy, model="gpt-4o")
+def test_a_calibrated_cache_stable_context_follows_the_ratio_at_each_call(store: SQLiteStore) -> None:
+    """calibrate with cache_stable: the fold checks each call against the budget calibrated as of
+    that call, so what is sent stays within the budget in the model's tokens; the cut moves when
+    the ratio's rise makes the context overflow, and the prefix holds between moves."""
+    from turnlog.projections.estimates import session_estimates
+    from turnlog.store import UsageRecorded
+
+    session = Session(store)
+    for i in range(40):
+        session.apply("user", 30)
+        session.apply("call", [200 + 10 * (i % 5)])
+        session.apply("text", 40)
+        if i == 19:  # the model bills twice the estimate of its latest call: ratio 2 from here
+            last = store.read_tail("s", 1)[0]
+            [*_, call], _ = session_estimates(store, "s")
+            usage = UsageRecorded(
+                model="claude-sonnet-4", input_tokens=2 * call.estimated_input, output_tokens=1,
+                call_event_id=last.event_id,
+            )  # fmt: skip
+            ratio_from = store.append("s", [usage])[0].position
+    policy = ContextPolicy(budget=3000, cache_stable=True, calibrate=True)
+    previous: Any = None
+    moves_after = 0
+    for at in calls_of(store):
+        built = build_context(store, "s", policy, at=at, model="claude-sonnet-4")
+        budget = 1500 if at >= ratio_from else 3000
+        assert built.policy.budget == budget and built.total_tokens <= budget
+        assert built.cut == stable_cut(store, "s", policy, at, "claude-sonnet-4").cut
+        if previous is not None:
+            if built.cut == previous.cut:
+                assert is_prefix(previous.rendered, built.rendered)
+            elif previous.at_position < ratio_from <= at:
+                moves_after += 1
+        previous = built
+    assert moves_after == 1  # the first call under the halved budget moved the cut
+    with pytest.raises(Exception, match="needs the model"):
+        build_context(store, "s", policy)
 
 
 # -- determinism ------------------------------------------------------------------------------------
@@ -301,7 +333,7 @@ def test_the_manifest_records_the_cut(store: SQLiteStore) -> None:
     event = store.read_session("s")[-1].event
     assert isinstance(event, ContextBuilt)
     assert event.cut == built.cut
-    assert event.policy["cache_stable"] is True and event.policy["refill_to"] == 0.6
+    assert event.policy["cache_stable"] is True and event.policy["refill_to"] == 0.4
     assert built.manifest()["cut"] == built.cut
     plain = build_context(store, "s", ContextPolicy(budget=1500))
     assert "cut" not in plain.manifest() and "cache_stable" not in plain.manifest()["policy"]
@@ -363,7 +395,9 @@ def test_a_summary_shows_from_the_next_cut_move(store: SQLiteStore) -> None:
     session = Session(store)
     for _ in range(8):
         session.apply("call", [150])
-    policy = ContextPolicy(budget=2500, cache_stable=True)
+    # Refilled to 0.6 of the budget, the move keeps versions the summary covers (at 0.4 it starts
+    # after them all, and a summary of what is left out whole is not shown, as by default).
+    policy = ContextPolicy(budget=2500, cache_stable=True, refill_to=0.6)
     before = build_context(store, "s", policy)
     last = store.head_version("s") - 2
     text = summary_context_text(3, last, "the agent read eight files")
@@ -420,7 +454,7 @@ def test_anthropic_breakpoints_mark_the_end_and_the_head(store: SQLiteStore) -> 
     # Once the cut has moved, the head (system prompt, first user message) is marked too: it
     # stays when the cut moves again.
     late = bodies[-1]
-    assert len(marks(late)) == 2
+    assert len(marks(late)) in (2, 3)  # and, between moves, the previous call's end (checked below)
     assert late["messages"][0]["content"][0]["text"].startswith("Please fix")
     assert "cache_control" in late["messages"][0]["content"][0]
     assert isinstance(late["system"], list) and "cache_control" not in late["system"][0]
@@ -547,3 +581,20 @@ def test_a_fork_folds_its_own_calls_from_the_shared_prefix(store: SQLiteStore) -
     moves = sum(a.cut != b.cut for a, b in itertools.pairwise(builds))
     kept = sum(is_prefix(a.rendered, b.rendered) for a, b in itertools.pairwise(builds))
     assert kept >= len(builds) - 1 - moves
+
+
+def test_a_refill_share_below_what_is_always_kept_leaves_the_context_small(store: SQLiteStore) -> None:
+    """refill_to of the budget cannot hold the system prompt and first request: the cut moves to
+    leave the context as small as it can be (the least share that holds them), not full, so it does
+    not move again at the very next call."""
+    session = Session(store)
+    store.append("s", [MessageAppended(role="system", content=words(500))])  # about 500 tokens more
+    for _ in range(30):
+        session.apply("user", 40)
+        session.apply("text", 60)
+    policy = ContextPolicy(budget=1500, cache_stable=True, refill_to=0.1)
+    cuts = [build_context(store, "s", policy, at=at) for at in calls_of(store)]
+    moved = [i for i in range(1, len(cuts)) if cuts[i].cut != cuts[i - 1].cut]
+    assert moved and all(b - a > 2 for a, b in itertools.pairwise(moved))
+    after = [cuts[i].total_tokens for i in moved]
+    assert all(tokens <= 0.75 * 1500 for tokens in after)

@@ -325,7 +325,9 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from turnlog.integrations.langgraph import TurnlogSaver
-model = FakeMessagesListChatModel(responses=[AIMessage(f"reply {i}") for i in range(100_000)])
+# A few replies, cycled: the model's first call serializes it (its repr), and 100,000 of them took
+# two minutes there before the first turn.
+model = FakeMessagesListChatModel(responses=[AIMessage(f"reply {i}") for i in range(10)])
 graph = StateGraph(MessagesState)
 graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"][-1:])]})
 graph.add_edge(START, "agent")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -459,3 +460,32 @@ async def test_run_usage_ends_the_run_once_and_runs_the_session_policy(tmp_path:
         "compaction_failed",
     ]  # the policy ran; its summarizer is unknown here
     s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_stored_cache_stable_policy_keeps_each_model_input_a_prefix_of_the_next(
+    tmp_path: Path,
+) -> None:
+    """With the session's stored policy cache-stable (``turnlog policy SESSION --cache-stable``),
+    the filter's input to each call starts with the previous call's input (the cut does not move
+    for a few short turns), where the default policy drops the oldest message each turn."""
+    from turnlog.loop import set_policy
+
+    inputs: dict[bool, list[Any]] = {}
+    for stable in (False, True):
+        s = TurnlogSession(f"c{stable}", db=tmp_path / f"{stable}.db", budget=1500)
+        await s.add_items([long_msg(i) for i in range(30)])
+        set_policy(s.store, s.session_id, SessionPolicy(cache_stable=stable))
+        assert s._policy().cache_stable is stable
+        model = ScriptedModel([[assistant_message(f"ok {i} " * 30)] for i in range(3)])
+        config = RunConfig(call_model_input_filter=s.model_input_filter)
+        for i in range(3):
+            await Runner.run(Agent(name="a", model=model), f"next {i} " * 30, session=s, run_config=config)
+        inputs[stable] = [call.input for call in model.calls]
+        assert len(inputs[stable]) == 3
+        s.close()
+
+    def prefixes(calls: list[Any]) -> int:
+        return sum(after[: len(before)] == before for before, after in itertools.pairwise(calls))
+
+    assert prefixes(inputs[True]) == 2 and prefixes(inputs[False]) == 0

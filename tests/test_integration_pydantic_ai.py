@@ -4,6 +4,7 @@ turnlog's TurnlogConversationStore alike, plus what turnlog shows of the same co
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -593,3 +594,57 @@ def test_usage_recorded_sums_to_the_run_usage_once(tmp_path: Path) -> None:
     store.close()
     runner = CliRunner()
     assert runner.invoke(cli, ["--db", str(db), "verify"]).exit_code == 0
+
+
+def test_turnlog_history_honours_a_stored_cache_stable_policy(tmp_path: Path) -> None:
+    """With the conversation's stored policy cache-stable, each request's history starts with the
+    one before (unless the cut moved: rarely, and once per overflow), where the default policy
+    moves the start of nearly every request once the budget binds."""
+    kept = {stable: prefixes_kept(tmp_path / f"{stable}.db", stable) for stable in (False, True)}
+    assert kept[True] >= 15 and kept[True] > kept[False], kept
+
+
+def shape(messages: list[ModelMessage]) -> list[Any]:
+    """What is sent, part by part (tool-call arguments as the JSON the provider gets)."""
+    return [
+        (p.part_kind, p.args_as_json_str() if isinstance(p, ToolCallPart) else str(getattr(p, "content", "")))
+        for m in messages
+        for p in m.parts
+    ]
+
+
+def prefixes_kept(db: Path, stable: bool) -> int:
+    """Of ten runs' requests (two a run) after the policy is stored, how many start with the one
+    before: within a run (the run's own messages follow the stored history) and across runs."""
+    from turnlog.integrations.pydantic_ai_history import TurnlogHistory
+    from turnlog.loop import set_policy
+    from turnlog.store import SessionPolicy
+
+    seen: list[list[Any]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(shape(messages))
+        return script(messages, info)
+
+    store = TurnlogConversationStore(db=db)
+    agent = Agent(
+        FunctionModel(model),
+        instructions="be brief",
+        capabilities=[TurnlogHistory(db=store.store, budget=700)],
+    )
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        return f"sunny in {city} " + "and warm " * 40
+
+    async def go(n: int) -> None:
+        for i in range(n):
+            conversation = await store.load("h") or Conversation(conversation_id="h")
+            await store.save(await agent.run(f"question {i} " * 10, conversation=conversation))
+
+    run(go(1))
+    set_policy(store.store, "h", SessionPolicy(cache_stable=stable))
+    seen.clear()
+    run(go(10))
+    store.close()
+    return sum(after[: len(before)] == before for before, after in itertools.pairwise(seen))

@@ -466,3 +466,41 @@ def test_cli_context_tool_output_mode_override(runner: CliRunner, db_path: Path)
     assert "condensed" not in [e["mode"] for e in json.loads(out)["manifest"]["entries"]]
     code, out, err = cli_run(runner, db_path, "context", "s", "--budget", "4000", "--tool-output-mode", "x=y")
     assert code == 2 and "output mode must be simple, auto or custom:NAME" in out + err
+
+
+def test_run_end_compaction_honours_a_stored_cache_stable_policy(
+    file_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop compacts for the contexts' own policy (cache-stable, as stored), and the summaries
+    it appends do not move the prefix of the next call: they enter at the cut's next move."""
+    import turnlog.loop as loop_module
+
+    seen: list[ContextPolicy] = []
+    real = loop_module.compact
+
+    def spy(store: Any, sid: str, policy: ContextPolicy, *args: Any, **kwargs: Any) -> Any:
+        seen.append(policy)
+        return real(store, sid, policy, *args, **kwargs)
+
+    monkeypatch.setattr(loop_module, "compact", spy)
+    stored = SessionPolicy(compact_on_run_end=True, budget=1500, cache_stable=True, refill_to=0.5)
+    with session(file_store, "s") as rec:
+        rec.system("You are a coder.")
+        set_policy(file_store, "s", stored)
+        rec.sync()
+        long_run(rec)
+        rec.sync()
+        last_call = file_store.head_position() - 1  # before the run's last answer
+        report = rec.last_report
+        assert report is not None and report.compaction is not None
+        assert of_type(file_store, "s", SummaryRecorded)  # the run end compacted
+        rec.user("and now module 99?")
+        rec.sync()
+        next_call = file_store.head_position()
+    assert seen and seen[0].cache_stable and seen[0].refill_to == 0.5 and seen[0].budget == 1500
+    policy = ContextPolicy(budget=1500, cache_stable=True, refill_to=0.5)
+    before = build_context(file_store, "s", policy, last_call)
+    after = build_context(file_store, "s", policy, next_call)
+    assert after.cut == before.cut
+    assert after.rendered[: len(before.rendered)] == before.rendered
+    assert not any(m.mode == "summary" for m in after.messages)

@@ -170,3 +170,42 @@ def test_a_readings_begin_goes_with_its_first_statement(conn: Any) -> None:
     raw = QmarkConnection(conn, PostgresDialect("pg_temp"), begin="BEGIN").raw  # store code: BEGIN first
     assert raw.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     conn.execute("ROLLBACK")
+
+
+def test_a_last_prefetch_ends_the_reading_it_began_in_the_same_round_trip(conn: Any) -> None:
+    conn.execute("INSERT INTO t (k, s) VALUES (1, 'a')")
+    idle, intrans = psycopg.pq.TransactionStatus.IDLE, psycopg.pq.TransactionStatus.INTRANS
+    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
+    wrapped = QmarkConnection(conn, PostgresDialect("pg_temp"), begin=begin)
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, params, **kwargs)
+
+    psycopg.Cursor.execute = counting  # type: ignore[method-assign]
+    try:
+        wrapped.prefetch([("SELECT s FROM t WHERE k = ?", (1,)), ("SELECT count(*) FROM t", ())], last=True)
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    assert len(sent) == 1 and sent[0].startswith("BEGIN") and sent[0].endswith("ROLLBACK")
+    assert conn.info.transaction_status == idle
+    assert wrapped.execute("SELECT s FROM t WHERE k = ?", (1,)).fetchall() == [("a",)]
+    assert wrapped.execute("SELECT count(*) FROM t").fetchone() == (1,)
+    # A statement after all: a snapshot of its own, begun as the reading's first was.
+    assert wrapped.execute("SELECT k FROM t").fetchall() == [(1,)]
+    assert conn.info.transaction_status == intrans
+    assert conn.execute("SHOW transaction_isolation").fetchone() == ("repeatable read",)
+    conn.execute("ROLLBACK")
+    # Not the reading's first statements, or a reading inside another: its transaction goes on.
+    started = QmarkConnection(conn, PostgresDialect("pg_temp"), begin=begin)
+    started.execute("SELECT 1")
+    started.prefetch([("SELECT count(*) FROM t", ())], last=True)
+    assert conn.info.transaction_status == intrans
+    conn.execute("ROLLBACK")
+    inner = QmarkConnection(conn, PostgresDialect("pg_temp"), begin=begin)
+    inner.nested = 1
+    inner.prefetch([("SELECT count(*) FROM t", ())], last=True)
+    assert conn.info.transaction_status == intrans
+    conn.execute("ROLLBACK")

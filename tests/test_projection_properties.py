@@ -24,8 +24,10 @@ from turnlog.store import (
     MessageUnpinned,
     OutputCondensed,
     Pin,
+    PolicySet,
     RunFinished,
     RunStarted,
+    SessionPolicy,
     SessionRewound,
     SessionStarted,
     SQLiteStore,
@@ -99,6 +101,7 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                         "remove",
                         "summary",
                         "condense",
+                        "policy",
                     ]
                 )
             )
@@ -194,6 +197,19 @@ def histories(draw: st.DrawFn) -> list[tuple[str, list[Any]]]:
                         input_tokens=draw(st.integers(0, 3000)),
                         output_tokens=draw(st.integers(0, 300)),
                         key="b" * 64,
+                    )
+                )
+            elif kind == "policy":
+                # Cache-stable policies make the stable_cuts projection fold (and refold) cuts.
+                stable = draw(st.sampled_from([True, True, False, None]))
+                batch.append(
+                    PolicySet(
+                        policy=SessionPolicy(
+                            budget=draw(st.sampled_from([None, 120, 400, 3000])),
+                            cache_stable=stable,
+                            refill_to=draw(st.sampled_from([None, 0.5])) if stable else None,
+                            max_tool_tokens=draw(st.sampled_from([None, 64])),
+                        )
                     )
                 )
             elif kind == "remove" and messages[sid]:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,16 @@ def reader(folder: Path) -> list[str]:
 def run_cli(db: Path, *args: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     command = [*(prefix or []), str(TURNLOG), "--db", str(db), *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def run_all(
+    db: Path, commands: list[tuple[str, ...]], prefix: list[str] | None = None
+) -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
+    """Each command run on ``db``, a few processes at a time (each a reader of its own: nothing they
+    do depends on another), so the cores a machine has all work; the results in the given order."""
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        done = list(pool.map(lambda args: run_cli(db, *args, prefix=prefix), commands))
+    return dict(zip(commands, done, strict=True))
 
 
 def hashes(folder: Path) -> dict[str, str]:
@@ -171,7 +182,7 @@ def test_every_read_command_works_on_a_read_only_store_and_changes_no_byte(publi
         "artifact_id"
     ]
     reads = [*READS, ("artifact", artifact_id[:12], "--limit", "5")]
-    expected = {args: run_cli(layouts["reference"] / "t.db", *args) for args in reads}
+    expected = run_all(layouts["reference"] / "t.db", reads)
     for args, done in expected.items():
         assert done.returncode == 0, (args, done.stderr)
     assert "ro-last" in expected[("log", "other")].stdout
@@ -181,8 +192,9 @@ def test_every_read_command_works_on_a_read_only_store_and_changes_no_byte(publi
         folder = layouts[name]
         prefix = make_read_only(folder)
         before = hashes(folder)
-        for args in reads if name == "wal-only" else reads[:5]:
-            done = run_cli(folder / "t.db", *args, prefix=prefix)
+        for args, done in run_all(
+            folder / "t.db", reads if name == "wal-only" else reads[:5], prefix
+        ).items():
             assert (name, args, done.returncode, done.stderr) == (name, args, 0, expected[args].stderr)
             assert done.stdout == expected[args].stdout, (name, args)
         assert hashes(folder) == before, name

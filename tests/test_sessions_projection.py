@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from turnlog.projections.materialize import Materializer
-from turnlog.projections.sessions import SessionInfo, SessionsProjection, list_sessions
+from turnlog.projections.sessions import SessionInfo, list_sessions
+from turnlog.projections.sessions_projection import SessionsProjection
 from turnlog.store import (
     ForkPoint,
     MessageAppended,

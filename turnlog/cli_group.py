@@ -25,6 +25,7 @@ from turnlog.store.errors import (
 
 if TYPE_CHECKING:
     from turnlog.store.base import Store
+    from turnlog.store.sqlite_quick import QuickView
 
 # Every command: name -> (the module that defines it, its short help). The group imports a command's
 # module only when that command runs or its help is shown, so `turnlog --help` and `--version` load
@@ -313,6 +314,18 @@ class _Context:
         from turnlog import open_store
 
         return open_store(self.db, create=False, readonly=True)
+
+    def quick(self) -> QuickView | None:
+        """A quick read-only view of the store file, for a command that must start at once; None
+        when there is none to have (a PostgreSQL store, or a file the full store must read: it
+        also says what is wrong with one)."""
+        from turnlog import is_postgres_url
+
+        if is_postgres_url(self.db):
+            return None
+        from turnlog.store.sqlite_quick import QuickView
+
+        return QuickView.open(self.db)
 
     def __repr__(self) -> str:
         return f"_Context({self.db!r})"

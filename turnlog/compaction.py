@@ -177,7 +177,10 @@ def whole_context_tokens(store: Store, session_id: str, policy: ContextPolicy, e
     built = None
     for _ in range(8):
         try:
-            built = build_context(store, session_id, policy.model_copy(update={"budget": budget}))
+            # The whole context, however it is cut: a cache-stable build would fold its cut for a
+            # budget no call is made with.
+            whole = policy.model_copy(update={"budget": budget, "cache_stable": False})
+            built = build_context(store, session_id, whole)
         except ContextBudgetError:
             built = None
         else:

@@ -18,9 +18,10 @@ from typing import Any
 
 from turnlog.compaction import CompactionOptions, CompactionResult, compact
 from turnlog.config import BUILT_IN, Config, CustomHandler, custom_named, load_config, summarizer_named
-from turnlog.projections.capping import MIN_CAP, cap_text
+from turnlog.projections.capping import cap_text
 from turnlog.projections.context import ContextPolicy, open_run, run_start_version
 from turnlog.projections.runtime import condensed_outputs, session_policy
+from turnlog.projections.stable_cuts import policy_of
 from turnlog.store import (
     CompactionFailed,
     CondenserInfo,
@@ -178,9 +179,9 @@ def finish(
         return report  # another run began meanwhile: the next run end compacts
     try:
         summarizer = handlers.summarizer_for(effective)
-        # A stored cap below the builder's least (SessionPolicy takes 16 and up) is read as that least.
-        cap = max(MIN_CAP, effective.max_tool_tokens or DEFAULT_TOOL_CAP)
-        context_policy = ContextPolicy(budget=effective.budget, max_tool_tokens=cap)
+        # The contexts' own policy: the stored tool cap (below the builder's least read as that
+        # least), cache_stable and refill share.
+        context_policy = policy_of(effective, effective.budget)
         options = (
             CompactionOptions()
             if effective.keep_last is None

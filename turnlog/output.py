@@ -202,44 +202,43 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 
 def describe(record: RecordedEvent, width: int = 80) -> str:
     """One line saying what an event is, for logs."""
-    # The event models load here, not with the module: `turnlog --help` never needs them.
-    from turnlog.store.events import (
-        MessageAppended,
-        MessageRemoved,
-        SessionRewound,
-        StateRecorded,
-        ToolReturned,
+    fields = record.event.model_dump(
+        mode="json", exclude={"type", "schema_version", "event_id"}, exclude_none=True
     )
+    return describe_fields(record.type, fields, width)
 
-    event = record.event
-    if isinstance(event, MessageAppended):
-        text = event.content
-        if event.tool_calls:
-            calls = ", ".join(f"{c.name}({short(c.arguments, 40)})" for c in event.tool_calls)
-            text = (text + " " if text else "") + f"→ {calls}"
-        pin = " [pinned]" if event.pinned else ""
-        return f"{event.role}{pin}: {short(text, width)}"
-    if isinstance(event, ToolReturned):
-        err = " ERROR" if event.is_error else ""
-        name = event.tool_name or "?"
-        return f"{name} [{event.tool_call_id}]{err}: {short(event.content, width)}"
-    if isinstance(event, SessionRewound):
-        by = f" by {event.source}" if event.source else ""
-        note = f": {event.note}" if event.note else ""
-        return short(f"rewind ({event.reason}){by} to version {event.to_version}{note}", width)
-    if isinstance(event, MessageRemoved):
-        ids = ", ".join(i[:12] for i in event.target_event_ids)
-        why = f" ({event.reason})" if event.reason else ""
-        count = len(event.target_event_ids)
+
+def describe_fields(etype: str, fields: Mapping[str, Any], width: int = 80) -> str:
+    """:func:`describe` of an event given by its type and its fields as JSON data (its
+    ``model_dump(mode="json", exclude_none=True)``, as store.event_fields reads them)."""
+    if etype == "message_appended":
+        text = fields.get("content", "")
+        calls = fields.get("tool_calls")
+        if calls:
+            listed = ", ".join(f"{c['name']}({short(c.get('arguments', '{}'), 40)})" for c in calls)
+            text = (text + " " if text else "") + f"→ {listed}"
+        pin = " [pinned]" if fields.get("pinned") else ""
+        return f"{fields['role']}{pin}: {short(text, width)}"
+    if etype == "tool_returned":
+        err = " ERROR" if fields.get("is_error") else ""
+        name = fields.get("tool_name") or "?"
+        return f"{name} [{fields['tool_call_id']}]{err}: {short(fields['content'], width)}"
+    if etype == "session_rewound":
+        by = f" by {fields['source']}" if fields.get("source") else ""
+        note = f": {fields['note']}" if fields.get("note") else ""
+        return short(f"rewind ({fields['reason']}){by} to version {fields['to_version']}{note}", width)
+    if etype == "message_removed":
+        ids = ", ".join(i[:12] for i in fields["target_event_ids"])
+        why = f" ({fields['reason']})" if fields.get("reason") else ""
+        count = len(fields["target_event_ids"])
         return short(f"removed {count} message{'s' if count != 1 else ''}{why}: {ids}", width)
-    if isinstance(event, StateRecorded):
-        where = f"{event.namespace}/{event.key}" if event.namespace else event.key
-        size = f"{event.size:,} bytes" if event.size is not None else "?"
-        return short(f"{event.framework} state {where} ({event.media_type}, {size})", width)
-    fields = event.model_dump(
-        mode="json", exclude={"type", "schema_version", "event_id", "content"}, exclude_none=True
-    )
-    return short(", ".join(f"{k}={_compact(v)}" for k, v in fields.items()), width)
+    if etype == "state_recorded":
+        namespace, key = fields["namespace"], fields["key"]
+        where = f"{namespace}/{key}" if namespace else key
+        size = f"{fields['size']:,} bytes" if fields.get("size") is not None else "?"
+        return short(f"{fields['framework']} state {where} ({fields['media_type']}, {size})", width)
+    rest = (f"{k}={_compact(v)}" for k, v in fields.items() if k != "content")
+    return short(", ".join(rest), width)
 
 
 def _compact(value: Any) -> str:

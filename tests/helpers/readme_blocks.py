@@ -301,7 +301,7 @@ class Runner:
         for earlier in self.blocks:
             if earlier.line not in self._done:
                 self._done[earlier.line] = self._run(earlier)
-            if earlier is block:
+            if earlier.line == block.line:  # the test's block is parsed apart: the same line, not object
                 break
         return self._done[block.line]
 

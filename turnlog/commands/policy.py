@@ -63,7 +63,7 @@ def cache_stable_options(help: str) -> Callable[[F], F]:
             type=click.FloatRange(0, 1, min_open=True),
             metavar="F",
             help="With --cache-stable: the share of the budget a context is left at when its start "
-            "moves (default 0.6).",
+            "moves (default 0.4).",
         )(command)
         return click.option("--cache-stable/--no-cache-stable", default=None, help=help)(command)
 

@@ -4,7 +4,8 @@ of sessions."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +16,7 @@ from turnlog.output import (
     at_option,
     check_json_depth,
     describe,
+    describe_fields,
     emit,
     input_file_option,
     int_range,
@@ -22,11 +24,17 @@ from turnlog.output import (
     read_text,
     short,
 )
-from turnlog.projections.sessions import list_sessions
-from turnlog.store import ANY, NO_SESSION, Expected, parse_events_json
+from turnlog.projections.live_ranges import COMPENSATING_TYPES, LIVE_PROJECTION, LIVE_VERSION, marks
+from turnlog.projections.sessions import SessionInfo, list_sessions, quick_sessions
+from turnlog.store.event_fields import StoredEvent
+
+if TYPE_CHECKING:
+    from turnlog.store import Expected, RecordedEvent
 
 
 def _expected(value: str | None) -> Expected:
+    from turnlog.store import ANY, NO_SESSION  # with the event models: only the writing commands
+
     if value is None or value == "any":
         return ANY
     if value == "new":
@@ -64,6 +72,7 @@ def append(ctx: _Context, session: str, expected_version: str | None, source: An
         | turnlog append my-session
     """
     from turnlog.commands.policy import report_loop
+    from turnlog.store import parse_events_json
 
     expected = _expected(expected_version)
     text = read_text(source)
@@ -107,16 +116,28 @@ def log(
     Example:
       turnlog log my-session --from-version 10
     """
-    with ctx.read() as store:
-        store.require_session(session)
-        store.catch_up_tokens()
-        records = store.read_session(session, from_version=from_version, to_version=to_version)
-        # Imported here: `sessions`, in this module too, starts without the projections' machinery.
-        from turnlog.projections.live import COMPENSATING_TYPES, live_marks
+    shown: Sequence[RecordedEvent | StoredEvent] | None = None
+    view = ctx.quick()
+    if view is not None:
+        # The store file read as it stands, when it gives exactly what the full store would.
+        with view:
+            events = view.session_events(session, from_version=from_version, to_version=to_version)
+            if events is not None and view.current(LIVE_PROJECTION, LIVE_VERSION):
+                with view.reading() as conn:
+                    live = marks(conn, session, view.head_position(), events)
+                shown = events
+    if shown is None:
+        with ctx.read() as store:
+            store.require_session(session)
+            store.catch_up_tokens()
+            records = store.read_session(session, from_version=from_version, to_version=to_version)
+            # Imported here: the full read loads the projections' machinery.
+            from turnlog.projections.live import live_marks
 
-        live = live_marks(store, session, records)
+            live = live_marks(store, session, records)
+        shown = records
     if as_json:
-        emit([{**r.to_dict(), "live": alive} for r, alive in zip(records, live, strict=True)], as_json=True)
+        emit([{**r.to_dict(), "live": alive} for r, alive in zip(shown, live, strict=True)], as_json=True)
         return
     rows = [
         {
@@ -127,11 +148,17 @@ def log(
             "event_id": r.event_id[:12],
             # Compensating events are never live, but they are what happened, not what was undone.
             "live": "" if alive or r.type in COMPENSATING_TYPES else "undone",
-            "what": describe(r, width),
+            "what": _what(r, width),
         }
-        for r, alive in zip(records, live, strict=True)
+        for r, alive in zip(shown, live, strict=True)
     ]
     emit(rows, as_json=False, columns=["ver", "pos", "type", "tokens", "event_id", "live", "what"])
+
+
+def _what(record: RecordedEvent | StoredEvent, width: int) -> str:
+    if isinstance(record, StoredEvent):
+        return describe_fields(record.type, record.fields, width)
+    return describe(record, width)
 
 
 @cli.command()
@@ -145,8 +172,14 @@ def sessions(ctx: _Context, at: int | None, as_json: bool) -> None:
     Example:
       turnlog sessions --json
     """
-    with ctx.read() as store:
-        infos = list_sessions(store, at=at)
+    infos: list[SessionInfo] | None = None
+    view = ctx.quick()
+    if view is not None:  # the store file's rows as they stand, when they give the listing
+        with view:
+            infos = quick_sessions(view, at=at)
+    if infos is None:
+        with ctx.read() as store:
+            infos = list_sessions(store, at=at)
     if as_json:
         emit([dataclasses.asdict(i) for i in infos], as_json=True)
         return

@@ -13,6 +13,7 @@ nothing (a task's writes, a subgraph's checkpoint) are appended wherever the hea
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
 import weakref
 from collections import OrderedDict
@@ -47,10 +48,11 @@ from turnlog.store import (
     SessionStarted,
     StateRecorded,
     Store,
+    StoreError,
     ToolReturned,
     VersionConflictError,
 )
-from turnlog.store.dialect import Connection
+from turnlog.store.dialect import Connection, dialect_of
 
 __all__ = ["SaverLog", "advance_in_batches", "state_of"]
 
@@ -264,23 +266,45 @@ def advance_in_batches(store: Store) -> None:
     """Like ``turnlog.open_store``'s hook, but the materialized projections are advanced only by an
     append with messages (an append of state events alone, most of a graph's steps, leaves them to
     a later one), and only once the log has gone ``_BACKLOG`` events past them: each catch-up is a
-    transaction of its own (on PostgreSQL, tens of round trips), and one folds a backlog as cheaply
-    per event as a catch-up per turn would. Readers catch up what is left before they read (the
-    saver's own reads need only its memory or the LangGraph index); the log itself is durable at
-    every append."""
+    transaction of its own, and one folds a backlog as cheaply per event as a catch-up per turn
+    would. On a server it runs in a thread of its own (its tens of round trips wait for the server,
+    and the graph's next step, which waits for this ``put`` to return, need not wait for derived
+    rows); an SQLite file's catch-up is quick and runs in the append's thread. Readers catch up
+    what is left before they read (the saver's own reads need only its memory or the LangGraph
+    index); the log itself is durable at every append. The projections' tables are made here, when
+    the saver opens the store, not in the turn whose append first catches them up."""
+    materializer(store).prepare()
+    with store.reading() as conn:
+        remote = dialect_of(conn).remote
     ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
-    applied = 0  # the last position this hook caught the projections up to
+    applied = 0  # the last position a catch-up of this hook was started for
+    running = threading.Lock()  # one catch-up at a time
+
+    def catch_up(records: Sequence[RecordedEvent]) -> None:
+        try:
+            kept = ref()
+            if kept is not None:
+                with contextlib.suppress(StoreError):  # derived state only: readers catch up
+                    materializer(kept).catch_up(appended=records)
+        finally:
+            running.release()
 
     def advance(records: Sequence[RecordedEvent]) -> None:
         nonlocal applied
-        kept = ref()
         if (
-            kept is not None
+            ref() is not None
             and records
             and records[-1].position - applied >= _BACKLOG
             and any(r.type != "state_recorded" for r in records)
+            and running.acquire(blocking=False)
         ):
-            applied = materializer(kept).catch_up(appended=records)
+            applied = records[-1].position
+            if not remote:
+                catch_up(records)
+                return
+            threading.Thread(
+                target=catch_up, args=(records,), name="turnlog-saver-catch-up", daemon=True
+            ).start()
 
     store.on_append(advance)
 

@@ -334,9 +334,11 @@ class TurnlogSession:
     # -- turnlog's budgeted context and compaction -----------------------------------------------
 
     def _policy(self) -> Any:
-        from turnlog.projections.context import ContextPolicy
+        from turnlog.projections.stable_cuts import session_context_policy
 
-        return ContextPolicy(budget=self.budget)
+        # ``budget`` with the session's stored policy (``turnlog policy``): its tool cap, and its
+        # cache_stable, so each call's context starts with the one before while the budget allows.
+        return session_context_policy(self._store, self.session_id, self.budget)
 
     def _budgeted_items(self) -> list[Any]:
         from turnlog.projections.context import build_context

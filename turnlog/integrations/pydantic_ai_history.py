@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from turnlog.integrations import StoreLike, open_for_adapter, require
-from turnlog.projections.context import ContextPolicy, build_context
+from turnlog.projections.context import build_context
 from turnlog.projections.context_types import ContextMessage
+from turnlog.projections.stable_cuts import session_context_policy
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -45,7 +46,10 @@ class TurnlogHistory(AbstractCapability[Any]):
         if session is None or record is None or record.head_id is None:
             return request_context  # nothing stored yet: the run's own messages are the whole history
         stored = len(await self.conversations.read_history(record.head_id))
-        built = build_context(self.conversations.store, session, ContextPolicy(budget=self.budget))
+        # The budget with the session's stored policy (``turnlog policy``): a stored cache_stable
+        # keeps each request's history a prefix of the next while the budget allows.
+        store = self.conversations.store
+        built = build_context(store, session, session_context_policy(store, session, self.budget))
         # pydantic-ai sends the run's instructions on their own; the system message turnlog keeps for
         # them (the conversation's first request's) would send them twice.
         instructions = {m.instructions for m in request_context.messages if isinstance(m, _m.ModelRequest)}
