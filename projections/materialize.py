@@ -32,6 +32,10 @@ from turnlog.store.log_ops import (
 BATCH = 5000
 """Events applied per transaction while catching up."""
 
+DEFERRED = 2000
+"""Records of this process's appends kept in memory for the next catch-up (see :meth:`Materializer.defer`);
+past this many the next catch-up reads them from the log instead."""
+
 MEMO_KEYS = 10_000
 """A projection's memo (see :meth:`Projection.apply_remembering`) holding more keys (sessions) than
 this is dropped, and begins again from the rows."""
@@ -109,6 +113,10 @@ class Materializer:
         self._memo_pending: tuple[Sequence[RecordedEvent], dict[str, dict[Any, Any]]] | None = None
         """The memos of the last append's own apply, kept once its commit is known."""
         self._memo_lock = threading.Lock()
+        self._deferred: list[RecordedEvent] = []
+        """Records this process appended and committed, not yet applied (see :meth:`defer`)."""
+        self._owed = False
+        """Appends were deferred since the last catch-up of a read."""
 
     def _prepare(self) -> None:
         if self._ready:
@@ -251,6 +259,32 @@ class Materializer:
                 if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
                     self._memo = (appended[-1].position, memos)
 
+    def defer(self, records: Sequence[RecordedEvent]) -> None:
+        """After an append's commit (an ``on_append`` hook): leave its records for the next catch-up
+        (normally the next read), so the durable append costs its own commit and nothing more — no
+        token counting, no projection rows. Kept in memory while they follow on from each other and
+        stay few (the next catch-up then counts and applies them without reading the log back);
+        else dropped, and the catch-up reads them from the log like another process's appends."""
+        with self._memo_lock:
+            self._owed = True
+            kept = self._deferred
+            follows = not kept or kept[-1].position + 1 == records[0].position
+            if follows and len(kept) + len(records) <= DEFERRED:
+                kept.extend(records)
+            else:
+                self._deferred = list(records) if len(records) <= DEFERRED else []
+
+    def _take_deferred(self) -> list[RecordedEvent]:
+        with self._memo_lock:
+            kept, self._deferred, self._owed = self._deferred, [], False
+        return kept
+
+    def finish(self) -> None:
+        """Catch up what this process's appends left for later (see :meth:`defer`), if anything:
+        called when the store closes, so a writer leaves its file caught up for readers."""
+        if self._owed:
+            self.catch_up()
+
     def catch_up(
         self,
         *,
@@ -268,6 +302,9 @@ class Materializer:
         self._prepare()
         if self.store.readonly:
             return self._fold(through)
+        reading = not appended  # a read's catch-up waits for the lock; a writer's after its commit need not
+        if reading and through is None:
+            appended = self._take_deferred()
         # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
         # the counts in the same transaction as the projections (one commit per turn).
         pending: tuple[list[tuple[int, int]], int] | None
@@ -295,7 +332,7 @@ class Materializer:
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
-                with self.store.atomic(durable=False, wait=not fresh) as conn:
+                with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     limit = counted_through(conn)
                     if pending is not None:
                         if after is not None and limit < after:
