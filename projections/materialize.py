@@ -366,13 +366,7 @@ class Materializer:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            mine = [
-                                r
-                                for r in records
-                                if r.position > own
-                                and (projection.types is None or r.type in projection.types)
-                            ]
-                            projection.apply(conn, mine)
+                            projection.apply(conn, _records_for(records, projection.types, own, start))
                             _set_checkpoint(conn, projection, end)
                 if progress is not None:
                     progress(end, limit)
@@ -524,6 +518,19 @@ def copy_rows(
         f"WHERE session_id = ? AND ({where})",
         (child, parent, *params),
     )
+
+
+def _records_for(
+    records: list[RecordedEvent], types: tuple[str, ...] | None, own: int, start: int
+) -> list[RecordedEvent]:
+    """The records a projection at checkpoint ``own`` takes from a batch read after ``start``: most
+    often all of them (a rebuild, a catch-up), passed on without a filtering pass per projection."""
+    if own <= start and types is None:
+        return records
+    if own <= start:
+        wanted = set(types or ())
+        return [r for r in records if r.event.type in wanted]
+    return [r for r in records if r.position > own and (types is None or r.event.type in types)]
 
 
 def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
