@@ -341,9 +341,10 @@ def render(result: dict[str, Any], command: str) -> str:
         HEADING,
         "",
         f"Measured by `{command}` (load average {result['load']:.1f} at the start): turnlog through its "
-        "public API (`turnlog.open_store`, which also advances the token counts and every materialized "
-        "projection in each append's transaction; `store.append(sid, events, expected_version=...)`; "
-        "`turnlog.build_context`) against the issue's floor, plain `sqlite3` at the same durability (WAL, "
+        "public API (`turnlog.open_store`, whose appends leave the token counts and the materialized "
+        "projections to the next read's catch-up, so a turn's figure includes them; "
+        "`store.append(sid, events, expected_version=...)`; `turnlog.build_context`) against the issue's "
+        "floor, plain `sqlite3` at the same durability (WAL, "
         "synchronous=FULL): one table `floor(position INTEGER PRIMARY KEY, session TEXT, msg TEXT, tokens "
         "INTEGER)` with an index on `(session, position)`, `msg` the provider's chat JSON. Both sides take "
         "turns block by block; each figure is the median of the blocks. Appends: the floor makes each "
