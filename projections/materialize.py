@@ -30,9 +30,14 @@ from turnlog.store.log_ops import (
     records_between,
     write_token_counts,
 )
+from turnlog.store.rows import gc_paused
 
 BATCH = 5000
 """Events applied per transaction while catching up."""
+
+DEFERRED = 2000
+"""Records of this process's appends kept in memory for the next catch-up (see :meth:`Materializer.defer`);
+past this many the next catch-up reads them from the log instead."""
 
 MEMO_KEYS = 10_000
 """A projection's memo (see :meth:`Projection.apply_remembering`) holding more keys (sessions) than
@@ -129,6 +134,10 @@ class Materializer:
         self._memo_pending: tuple[Sequence[RecordedEvent], dict[str, dict[Any, Any]]] | None = None
         """The memos of the last append's own apply, kept once its commit is known."""
         self._memo_lock = threading.Lock()
+        self._deferred: list[RecordedEvent] = []
+        """Records this process appended and committed, not yet applied (see :meth:`defer`)."""
+        self._owed = False
+        """Appends were deferred since the last catch-up of a read."""
 
     def prepare(self) -> None:
         """Create the projections' tables now (remaking those another version of the code wrote),
@@ -304,6 +313,32 @@ class Materializer:
             return None
         return head, version
 
+    def defer(self, records: Sequence[RecordedEvent]) -> None:
+        """After an append's commit (an ``on_append`` hook): leave its records for the next catch-up
+        (normally the next read), so the durable append costs its own commit and nothing more — no
+        token counting, no projection rows. Kept in memory while they follow on from each other and
+        stay few (the next catch-up then counts and applies them without reading the log back);
+        else dropped, and the catch-up reads them from the log like another process's appends."""
+        with self._memo_lock:
+            self._owed = True
+            kept = self._deferred
+            follows = not kept or kept[-1].position + 1 == records[0].position
+            if follows and len(kept) + len(records) <= DEFERRED:
+                kept.extend(records)
+            else:
+                self._deferred = list(records) if len(records) <= DEFERRED else []
+
+    def _take_deferred(self) -> list[RecordedEvent]:
+        with self._memo_lock:
+            kept, self._deferred, self._owed = self._deferred, [], False
+        return kept
+
+    def finish(self) -> None:
+        """Catch up what this process's appends left for later (see :meth:`defer`), if anything:
+        called when the store closes, so a writer leaves its file caught up for readers."""
+        if self._owed:
+            self.catch_up()
+
     def catch_up(
         self,
         *,
@@ -323,6 +358,9 @@ class Materializer:
         self._prepare()
         if self.store.readonly:
             return self._fold(through)
+        reading = not appended  # a read's catch-up waits for the lock; a writer's after its commit need not
+        if reading and through is None:
+            appended = self._take_deferred()
         # A typical turn leaves a few uncounted events: count them now, outside the lock, and write
         # the counts in the same transaction as the projections (one commit per turn).
         pending: tuple[list[tuple[int, int]], int] | None
@@ -351,7 +389,7 @@ class Materializer:
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
-                with self.store.atomic(durable=False, wait=not fresh) as conn:
+                with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     limit = counted_through(conn)
                     if pending is not None:
                         if after is not None and limit < after:
@@ -380,18 +418,14 @@ class Materializer:
                         records = records_between(conn, start, end, wanted)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
-                    with dialect_of(conn).pipeline(conn):
+                    # The collector paused: a batch's rows and records all live until it ends, and
+                    # each collection would walk them again (about 5% of a rebuild's CPU).
+                    with dialect_of(conn).pipeline(conn), gc_paused():
                         for projection in self.projections:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            mine = [
-                                r
-                                for r in records
-                                if r.position > own
-                                and (projection.types is None or r.type in projection.types)
-                            ]
-                            projection.apply(conn, mine)
+                            projection.apply(conn, _records_for(records, projection.types, own, start))
                             _set_checkpoint(conn, projection, end)
                 if progress is not None:
                     progress(end, limit)
@@ -547,6 +581,19 @@ def copy_rows(
         f"WHERE session_id = ? AND ({where})",
         (child, parent, *params),
     )
+
+
+def _records_for(
+    records: list[RecordedEvent], types: tuple[str, ...] | None, own: int, start: int
+) -> list[RecordedEvent]:
+    """The records a projection at checkpoint ``own`` takes from a batch read after ``start``: most
+    often all of them (a rebuild, a catch-up), passed on without a filtering pass per projection."""
+    if own <= start and types is None:
+        return records
+    if own <= start:
+        wanted = set(types or ())
+        return [r for r in records if r.event.type in wanted]
+    return [r for r in records if r.position > own and (types is None or r.event.type in types)]
 
 
 def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import cache_bench, integrations, postgres_bench, startup
+from benchlib import cache_bench, floor_bench, integrations, postgres_bench, startup
 from benchlib.config import BUDGET, ROOT, SECTIONS, TURNLOG_VARIANTS, Config
 from benchlib.counting import encoding
 from benchlib.peers import NAMES, peer_class
@@ -42,6 +42,7 @@ MEASURE = {
     ),
     "startup": lambda bench: bench.results.__setitem__("startup", startup.run(bench.cfg.quick, bench.log)),
     "cache": lambda bench: bench.results.__setitem__("cache", cache_bench.run(bench.cfg.quick, bench.log)),
+    "floor": lambda bench: bench.results.__setitem__("floor", floor_bench.run(bench.cfg.quick, bench.log)),
 }
 """Each section's function, by the name ``--only`` takes."""
 
@@ -57,8 +58,10 @@ def render(bench: Bench, command: str) -> str:
     cli = startup.render(started, command) if started is not None else ""
     cache = bench.results.get("cache")
     prompt_cache = cache_bench.render(cache, command) if cache is not None else ""
-    alone = [s for s in (section, pg, cli, prompt_cache) if s]
-    if set(bench.sections) <= {"integrations", "postgres", "startup", "cache"}:
+    floor = bench.results.get("floor")
+    at_floor = floor_bench.render(floor, command) if floor is not None else ""
+    alone = [s for s in (section, pg, cli, prompt_cache, at_floor) if s]
+    if set(bench.sections) <= {"integrations", "postgres", "startup", "cache", "floor"}:
         return "\n\n".join(alone)
     return "\n\n".join([render_report(bench, command), *alone])
 
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(text)
-    alone = (["integrations"], ["postgres"], ["startup"], ["cache"])
+    alone = (["integrations"], ["postgres"], ["startup"], ["cache"], ["floor"])
     if sections in alone and not args.quick and not args.out:
         # This section alone updates its own part of the results, never the whole file.
         heading = {
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "postgres": postgres_bench.HEADING,
             "startup": startup.HEADING,
             "cache": cache_bench.HEADING,
+            "floor": floor_bench.HEADING,
         }[sections[0]]
         integrations.splice(ROOT / "bench-results" / "RESULTS.md", text, heading)
         bench.log("section spliced into bench-results/RESULTS.md")

@@ -249,6 +249,11 @@ class EventStore(abc.ABC):
     def close(self) -> None:
         """Release the store's resources."""
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the store is closed, before its connection goes (work left for later,
+        such as a deferred catch-up of the projections). A backend without such hooks refuses."""
+        raise NotImplementedError(f"{type(self).__name__} has no close hooks")
+
     def require_session(self, session_id: str) -> int:
         """The session's head version, or UnknownSessionError naming the closest session ids."""
         head = self.head_version(session_id)

@@ -71,6 +71,12 @@ class _Lookup:
 class AppendingStore(BatchAppender, ReadingStore):
     """The appends to the log."""
 
+    _heads_seen: tuple[int, str, int, str, int, str | None] | None = None
+    """After this connection's last committed append: the database's data_version then, its
+    session, and that session's and the store's heads (version, hash, position, order hash)."""
+    _heads_pending: tuple[int, str, int, str, int, str | None] | None = None
+    """The same, for the append in progress, kept once it commits."""
+
     def _counts_inline(self) -> bool:
         # A hook inside the append's transaction needs the counts: made before the write lock is
         # taken, they cost the lock nothing (see within_append).
@@ -82,10 +88,13 @@ class AppendingStore(BatchAppender, ReadingStore):
     def _append_batch(
         self, session_id: str, prepared: list[Prepared], expected_version: Expected, times: list[str] | None
     ) -> list[RecordedEvent]:
-        with self.atomic() as conn, gc_paused():
-            records = self._append_locked(conn, session_id, prepared, expected_version, times)
-            for within in self._within_append:
-                within(conn, records)
+        with self._lock:  # the heads kept are those of this connection's last commit, whatever the threads
+            seen, self._heads_seen = self._heads_seen, None  # known again once this commit succeeds
+            with self.atomic() as conn, gc_paused():
+                records = self._append_locked(conn, session_id, prepared, expected_version, times, seen)
+                for within in self._within_append:
+                    within(conn, records)
+            self._heads_seen, self._heads_pending = self._heads_pending, None
         return records
 
     def _stored_batch(self, session_id: str, prepared: list[Prepared]) -> list[RecordedEvent] | None:
@@ -108,13 +117,21 @@ class AppendingStore(BatchAppender, ReadingStore):
         prepared: list[Prepared],
         expected_version: Expected,
         times: list[str] | None = None,
+        seen: tuple[int, str, int, str, int, str | None] | None = None,
     ) -> list[RecordedEvent]:
-        """The append itself, inside the write transaction. Duplicate ids surface as StoredEventId
+        """The append itself, inside the write transaction (``seen``: the heads this connection's
+        last committed append left). Duplicate ids surface as StoredEventId
         from the insert (the UNIQUE index checks them), not from a lookup of every id first."""
-        # One statement for the facts an append needs, since each round trip counts: the session's
-        # last version and hash, the store's last position and order hash.
-        head, prev_hash, position, order = conn.execute(_HEADS, (session_id,)).fetchone()
-        head = head or 0
+        # The facts an append needs: the session's last version and hash, the store's last position
+        # and order hash. This connection's last append left them; they still hold if no other
+        # connection has committed since (SQLite's data_version counts those commits, not ours) —
+        # else one statement reads them.
+        changes = conn.execute("PRAGMA data_version").fetchone()[0]
+        if seen is not None and seen[0] == changes and seen[1] == session_id:
+            head, prev_hash, position, order = seen[2:]
+        else:
+            head, prev_hash, position, order = conn.execute(_HEADS, (session_id,)).fetchone()
+            head = head or 0
         check_expected_head(session_id, expected_version, head)
         lookup = _Lookup(conn, self._lineages)
         new_session = head == 0
@@ -142,6 +159,15 @@ class AppendingStore(BatchAppender, ReadingStore):
             if "events.event_id" in str(exc):
                 raise StoredEventId from None
             raise
+        last = batch.records[-1]
+        self._heads_pending = (
+            changes,
+            session_id,
+            last.version,
+            last.hash,
+            last.position,
+            batch.rows[-1][13],
+        )
         return batch.records
 
     def _already_stored(

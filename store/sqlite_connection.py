@@ -55,6 +55,7 @@ class SQLiteBase(Store):
         self._lineages: dict[str, list[tuple[str, int, int]]] = {}
         self._after_append: list[Callable[[Sequence[RecordedEvent]], None]] = []
         self._within_append: list[Callable[[sqlite3.Connection, Sequence[RecordedEvent]], None]] = []
+        self._before_close: list[Callable[[], None]] = []
         self._scratch = scratch  # the private copy a read-only store reads, removed on close
         memory = path == ":memory:" or path.startswith("file:")
         self._wal_file = None if memory or readonly else path + "-wal"
@@ -220,9 +221,18 @@ class SQLiteBase(Store):
             raise StoreClosedError("the store is closed")
         return self._conn
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the store is closed, before its connection is. A StoreError it raises
+        is not the close's: what it left undone is derived state, done by the next read."""
+        self._before_close.append(hook)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
+                hooks, self._before_close = self._before_close, []
+                for hook in hooks:
+                    with contextlib.suppress(StoreError):
+                        hook()
                 self._conn.close()
                 self._conn = None
                 remove_scratch(self._scratch)

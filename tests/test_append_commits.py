@@ -1,7 +1,8 @@
-"""An append to a store kept caught up costs one commit: the token counts and the materialized
-projections are written in the append's own transaction. When that cannot be done (a projection
-fails, the projections are behind), the events still commit and the catch-up does the rest. Rows
-read back skip the depth re-check; verify does not."""
+"""An append to a SQLite store kept caught up (``turnlog.open_store``) costs one durable commit: the
+log's, and nothing more (issue 20). The token counts and the materialized projections are made by
+the next read's catch-up, from the appended records kept in memory, in one non-durable commit (or by
+closing the store). When that cannot be done (a projection fails), the events are stored all the same
+and a later catch-up does the rest. Rows read back skip the depth re-check; verify does not."""
 
 from __future__ import annotations
 
@@ -31,21 +32,46 @@ def _checkpoints(store: SQLiteStore) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def test_one_commit_per_append_with_projections_and_counts_caught_up(tmp_path: Path) -> None:
+def _uncounted(store: SQLiteStore) -> int:
+    return int(store.conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()[0])
+
+
+def test_one_commit_per_append_and_one_for_the_next_read(tmp_path: Path) -> None:
     store = turnlog.open_store(tmp_path / "t.db")
-    store.append("s", [MessageAppended(role="user", content="first")])  # creates the projections
+    store.append("s", [MessageAppended(role="user", content="first")])
+    materializer(store).catch_up()  # creates the projections
     commits = _commits(store)
     for i in range(5):
         store.append("s", [MessageAppended(role="user", content=f"message {i}")])
+    assert len(commits) == 5  # the log's commits, nothing else
+    assert _checkpoints(store) == {1} and _uncounted(store) == 5  # left for the next read
+    seen: list[str] = []
+    store.conn.set_trace_callback(seen.append)
+    # The read's catch-up: counts and rows of all five in one commit, without fsync (derived state).
+    turnlog.build_context(store, "s", turnlog.ContextPolicy(budget=1000))
     store.conn.set_trace_callback(None)
-    assert len(commits) == 5
+    writes = [i for i, sql in enumerate(seen) if sql == "BEGIN IMMEDIATE"]
+    assert len(writes) == 1 and seen[writes[0] - 1] == "PRAGMA synchronous = NORMAL"
     head = store.head_position()
     assert _checkpoints(store) == {head}
     with store.reading() as conn:
         assert counted_through(conn) == head
-    assert store.conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()[0] == 0
+    assert _uncounted(store) == 0
     assert materializer(store).differences() == []
     store.close()
+
+
+def test_closing_a_writer_leaves_its_file_caught_up(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with turnlog.open_store(path) as store:
+        store.append("s", [MessageAppended(role="user", content=f"m{i}") for i in range(3)])
+        store.append("s", [MessageAppended(role="assistant", content="reply")])
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        assert {r[0] for r in conn.execute("SELECT position FROM projection_checkpoints")} == {4}
+        assert conn.execute("SELECT count(*) FROM events WHERE tokens IS NULL").fetchone()[0] == 0
+    finally:
+        conn.close()
 
 
 def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
@@ -53,6 +79,7 @@ def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
 ) -> None:
     store = turnlog.open_store(tmp_path / "t.db")
     store.append("s", [MessageAppended(role="user", content="first")])
+    materializer(store).catch_up()
     before = _checkpoints(store)
 
     def broken(self: Any, conn: sqlite3.Connection, records: Any) -> None:
@@ -62,6 +89,8 @@ def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
     with monkeypatch.context() as patch:
         patch.setattr(ContextIndex, "apply", broken)
         stored = store.append("s", [MessageAppended(role="user", content="second")])
+        with pytest.raises(StoreError):
+            materializer(store).catch_up()
     assert [r.version for r in stored] == [2]
     assert store.head_version("s") == 2
     assert _checkpoints(store) == before  # nothing of the failed projection work was kept
@@ -70,12 +99,13 @@ def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
     store.close()
 
 
-def test_projections_behind_the_log_are_caught_up_by_the_append(tmp_path: Path) -> None:
+def test_projections_behind_the_log_are_caught_up_by_the_next_read(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     with SQLiteStore.open(path) as bare:  # no projections kept: they fall behind
         bare.append("s", [MessageAppended(role="user", content=f"m{i}") for i in range(3)])
     store = turnlog.open_store(path)
     store.append("s", [MessageAppended(role="user", content="next")])
+    assert materializer(store).catch_up() == store.head_position()
     assert _checkpoints(store) == {store.head_position()}
     assert materializer(store).differences() == []
     store.close()

@@ -166,7 +166,7 @@ def test_the_materialized_live_set_matches_the_fold(events: list[Any], fork_at: 
     refuses them)."""
     from turnlog.projections.live import COMPENSATING_TYPES
     from turnlog.projections.live_index import dead_ranges, is_dead
-    from turnlog.projections.registry import keep_caught_up
+    from turnlog.projections.registry import keep_caught_up, materializer
     from turnlog.store import ForkPoint
 
     removable = {e.event_id for e in events if isinstance(e, (MessageAppended, ToolReturned))}
@@ -188,6 +188,7 @@ def test_the_materialized_live_set_matches_the_fold(events: list[Any], fork_at: 
             sessions.append("c")
         for event in events[half:]:
             s.append("p", [event])  # a parent's later rewinds must not reach its fork
+        materializer(s).catch_up()  # what a read does first (a SQLite append leaves it to the read)
         for sid in sessions:
             records = s.read_session(sid)
             fold = LiveFold()

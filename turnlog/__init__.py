@@ -116,11 +116,13 @@ def open_store(
     ``?schema=NAME`` parameter names; needs the ``postgres`` extra). See
     :meth:`turnlog.store.SQLiteStore.open` and ``turnlog.store.postgres.PostgresStore.open``.
 
-    Every append to the store returned then advances its token counts and materialized projections
-    in its own transaction (one commit; when they are behind, right after it), so reads find them
-    caught up. ``readonly=True`` opens an existing store for reading only: appends are refused; a
-    SQLite file is never written to and never waited for (what writers have not materialized yet is
-    folded in memory for its reads)."""
+    The store returned keeps its token counts and materialized projections advanced with its
+    appends: on PostgreSQL in each append's own transaction; in a SQLite file an append is the
+    log's durable commit alone, and the next read (each read catches up first) counts and applies
+    what was appended, from memory, in one non-durable transaction (closing the store does it too,
+    so a writer leaves its file caught up). ``readonly=True`` opens an existing store for reading
+    only: appends are refused; a SQLite file is never written to and never waited for (what writers
+    have not materialized yet is folded in memory for its reads)."""
     store = open_backend(
         path,
         tokenizer=tokenizer,

@@ -21,6 +21,7 @@ SECTIONS = (
     "postgres",
     "startup",
     "cache",
+    "floor",
 )
 TURNLOG_VARIANTS = ("turnlog", "turnlog-inline", "turnlog-catchup")
 

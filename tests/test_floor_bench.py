@@ -1,0 +1,69 @@
+"""The bench's `floor` section (issue 20) runs end to end at tiny sizes and renders every figure
+beside its target. (Its ratios are measured by `scripts/bench --only floor`, never asserted here.)"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def floor_bench():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from benchlib import floor_bench
+
+        yield floor_bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_the_floor_section_measures_both_sides_and_renders(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    msgs = floor_bench.session(80)
+    assert msgs[0].kind == "system" and len(msgs[0].content) > 2000  # a system prompt of a few thousand
+    durable = floor_bench.durable(tmp_path, msgs[:20], 10)
+    batch = floor_bench.batch(tmp_path, msgs, 30)
+    assert durable["blocks"] == 2 and batch["blocks"] >= 2
+    for res in (durable, batch):
+        assert res["turnlog_s"] > 0 and res["floor_s"] > 0
+    ours, floor = floor_bench.written(tmp_path, msgs, lambda _: None)
+    probe = floor_bench.Workload().probe_turns(4, salt=7)
+    builds = {}
+    for budget in floor_bench.BUDGETS:
+        warm = floor_bench.builds(ours, floor, budget, 2, 2)
+        # Both sides fill the same budget from the same session (turnlog keeps the first request too).
+        assert 0 < warm["tokens"]["floor"] <= budget and 0 < warm["tokens"]["turnlog"] <= budget
+        turn = floor_bench.turns(ours, floor, budget, probe[:2] if budget == 4000 else probe[2:], 1)
+        assert turn["blocks"] == 2
+        builds[f"80|{budget}"] = {"warm": warm, "turn": turn}
+    # Every turn reached both stores, as one more transaction each.
+    assert ours.version == len(msgs) + sum(len(t) for t in probe)
+    assert floor.conn.execute("SELECT count(*) FROM floor").fetchone()[0] == ours.version
+    ours.close()
+    floor.close()
+    result = {
+        "load": 1.0,
+        "durable": {**durable, "counted_floor_s": durable["counted_floor_s"]},
+        "batch": batch,
+        "builds": builds,
+        "rebuild": {"events": 1000, "seconds": 1.0, "peak_bytes": 2**27, "when": "this run"},
+    }
+    text = floor_bench.render(result, "scripts/bench --only floor")
+    assert text.startswith(floor_bench.HEADING)
+    for figure in floor_bench.TARGETS:
+        assert text.count(f"| {figure} |") == (1 if "append," in figure else len(floor_bench.BUDGETS))
+    assert "| rebuild of every projection, 1,000 events |" in text and "≤ 30 s, ≤ 150 MiB | met |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "×" in line]
+    assert all(line.rstrip(" |").endswith(("met", "**missed**")) for line in rows)
+
+
+def test_the_rebuild_figure_is_quoted_from_the_results_when_not_measured(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    quoted = floor_bench.rebuild_figure(False, tmp_path, [], lambda _: None)
+    text = (ROOT / "bench-results" / "RESULTS.md").read_text()
+    assert quoted["events"] == 1_000_000
+    assert f"{quoted['seconds']:.2f} s" in text
+    assert quoted["when"].startswith("the rebuild section of bench-results/RESULTS.md")
