@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.postgres import pg_url, require_pg
+from tests.helpers.postgres import pg_url, require_pg, sent_queries
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")
 
@@ -109,14 +109,7 @@ def test_a_failure_stops_the_rest_and_is_raised_where_the_batch_is_sent(conn: An
 def test_the_projections_connection_sends_a_block_as_one_query(
     conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append(str(query))
-        return execute(self, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    sent = sent_queries(monkeypatch)
     wrapped = QmarkConnection(conn, PostgresDialect("pg_temp"))
     with wrapped.pipeline():
         wrapped.execute("INSERT INTO t (k, s) VALUES (?, ?)", (1, "it's 50%"))

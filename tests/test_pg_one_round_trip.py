@@ -14,7 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turnlog
-from tests.helpers.postgres import drop_schema, new_schema_name, pg_schema, pg_url, require_pg
+from tests.helpers.postgres import (
+    drop_schema,
+    new_schema_name,
+    pg_schema,
+    pg_url,
+    require_pg,
+    sent_queries,
+)
 from turnlog.projections.registry import materializer
 from turnlog.store import MessageAppended, MessagePinned, MessageRemoved, VersionConflictError
 
@@ -33,19 +40,6 @@ def _open(schema: str, projections: bool = True) -> Any:
     return PostgresStore.open(pg_url(), schema=schema)
 
 
-def _sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The queries sent from here on (a batch of statements is one query)."""
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append(str(query))
-        return execute(self, query, params, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
-    return sent
-
-
 def _say(text: str, **kwargs: Any) -> MessageAppended:
     return MessageAppended(role="user", content=text, **kwargs)
 
@@ -59,7 +53,7 @@ def test_a_writer_alone_appends_in_one_query(
         store.append("s", [_say("first")])  # the long way: nothing known yet
         store.append("t", [_say("other")])
         store.append("s", [_say("second")])  # one query; the projections read their rows once
-        sent = _sent(monkeypatch)
+        sent = sent_queries(monkeypatch)
         for i in range(3):
             records = store.append("s", [_say(f"turn {i}"), _say(f"more {i}")])
             assert [r.version for r in records] == [3 + 2 * i, 4 + 2 * i]

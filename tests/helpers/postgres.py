@@ -70,3 +70,18 @@ def pg_schema() -> Iterator[str]:
         yield name
     finally:
         drop_schema(name)
+
+
+def sent_queries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queries psycopg sends from here on, in order (a batch of statements is one query)."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counting(self: object, query: object, params: object = None, **kwargs: object) -> object:
+        sent.append(str(query))
+        return execute(self, query, params, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    return sent
