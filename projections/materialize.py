@@ -534,9 +534,17 @@ class Materializer:
                             f"projection {projection.name}: rows differ from a fresh rebuild; "
                             "run `turnlog rebuild`"
                         )
-                finally:
+                except BaseException:
                     for table in projection.tables:
                         conn.execute(f"DROP TABLE IF EXISTS {scratch}.{table}")
+                    raise
+                if shadowed:
+                    # The fresh rebuild is the shadow now: a later projection's rebuild may read it
+                    # (stable_cuts reads rt_policies), so it is kept, not dropped.
+                    self._folded[projection.name] = head
+                else:
+                    for table in projection.tables:
+                        conn.execute(f"DROP TABLE {scratch}.{table}")
         return problems
 
 

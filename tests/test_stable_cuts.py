@@ -222,6 +222,24 @@ def test_a_new_store_object_reads_the_stored_cuts(tmp_path: Any) -> None:
         readonly.close()
 
 
+def test_a_read_only_verify_of_a_file_without_projection_tables(tmp_path: Any) -> None:
+    """A file written without the projections (no materializer attached) verifies read-only: the
+    fold's rebuild reads the runtime projection's policies from their read-only shadow, which the
+    comparison of that projection, made before, must not have dropped."""
+    path = tmp_path / "t.db"
+    bare = SQLiteStore.open(path)
+    long_session(bare)
+    bare.append("s", [PolicySet(policy=SessionPolicy(cache_stable=True, budget=1500))])
+    long_session(bare)
+    bare.close()
+    readonly = SQLiteStore.open(path, readonly=True)
+    try:
+        assert materializer(readonly).differences() == []
+        assert materializer(readonly).differences() == []  # and again, from the kept shadows
+    finally:
+        readonly.close()
+
+
 # No shrinking: every step appends to a server.
 @settings(
     max_examples=8,
