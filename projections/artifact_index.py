@@ -60,22 +60,29 @@ def cap_entries(
     entries: Sequence[str],
     fits: Callable[[str], bool],
     omitted: Callable[[int], str],
+    *,
+    total: int | None = None,
 ) -> tuple[str, int] | None:
     """The header and every entry when that ``fits``; else the header, as many whole entries as fit
     and the closing line ``omitted(count left out)``, and the count shown. None when even the header
     and the closing line do not fit. ``fits`` must grow stricter as the text grows (a length or a
     token cap): the entries kept are found by bisection, so a cut costs a few checks, not one per
-    entry."""
-    whole = "\n".join([header, *entries])
-    if fits(whole):
-        return whole, len(entries)
+    entry. ``total``: ``entries`` are the first of that many, the others known not to fit (past a
+    character cap), so a long index is cut without joining every entry."""
+    whole_given = total is None or total == len(entries)
+    count = len(entries) if total is None else total
+    if whole_given:
+        whole = "\n".join([header, *entries])
+        if fits(whole):
+            return whole, len(entries)
 
     def text(kept: int) -> str:
-        return "\n".join([header, *entries[:kept], omitted(len(entries) - kept)])
+        return "\n".join([header, *entries[:kept], omitted(count - kept)])
 
     if not fits(text(0)):
         return None
-    low, high = 0, len(entries) - 1  # fits(text(low)); the answer is in [low, high]
+    # fits(text(low)); the answer is in [low, high]
+    low, high = 0, len(entries) - 1 if whole_given else len(entries)
     while low < high:
         mid = (low + high + 1) // 2
         if fits(text(mid)):
