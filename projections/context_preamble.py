@@ -77,6 +77,8 @@ _LISTINGS: StoreCache[tuple[str, tuple[tuple[int, int], ...]], _Listing] = Store
 """Per session and ranges not live: the newest listing made (the live writes at or before a
 position do not change while those ranges do not)."""
 _LISTING_LOCK = threading.Lock()
+_LINE_TOKENS: StoreCache[tuple[str, str], int] = StoreCache(8192)
+"""Tokens of an index line and its newline (an estimate of its share of the index's count)."""
 
 
 def index_message(
@@ -238,9 +240,26 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
         # Characters first: a text over the character cap is never counted.
         return len(text) <= INDEX_MAX_CHARS and tok.count(text) <= limit
 
-    capped = cap_entries(index.header, index.entries, fits, preamble_omitted, total=index.total)
+    guess = _guess(reader, index, limit)
+    capped = cap_entries(index.header, index.entries, fits, preamble_omitted, total=index.total, guess=guess)
     result = None if capped is None else (capped[0], tok.count(capped[0]))
     return _CUTS.put(reader.store, (key, limit), (result,))[0]
+
+
+def _guess(reader: ContextReader, index: _Index, limit: int) -> int:
+    """How many entries fit ``limit`` tokens by the sum of their lines' counts (each line counted
+    once per store), where the exact cut's search starts: two or three counts of the whole text
+    instead of one per step of a bisection."""
+    tok = reader.tok
+    used = tok.count(index.header) + tok.count(preamble_omitted(index.total))
+    for kept, entry in enumerate(index.entries):
+        key = (tok.name, entry)
+        found = _LINE_TOKENS.get(reader.store, key)
+        tokens = found if found is not None else _LINE_TOKENS.put(reader.store, key, tok.count(entry) + 1)
+        used += tokens
+        if used > limit:
+            return kept
+    return len(index.entries)
 
 
 __all__ = [

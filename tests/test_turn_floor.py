@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import turnlog
 from turnlog import ContextPolicy, build_context
+from turnlog.projections.artifact_index import cap_entries, chars_omitted, within_chars
 from turnlog.store import MessageAppended, Store, ToolCall, ToolReturned
 
 _WORD_TEXT = (
@@ -112,3 +115,28 @@ def test_the_turns_context_is_a_fresh_stores(stores: dict[int, Store], tmp_path:
     finally:
         fresh.close()
     assert any("Artifacts of this session" in str(m.get("content")) for m in kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 40), max_size=30),
+    cap=st.integers(0, 700),
+    guess=st.none() | st.integers(-5, 40),
+    shown=st.integers(0, 30),
+)
+def test_a_cut_from_a_guess_or_a_prefix_is_the_bisections(
+    lengths: list[int], cap: int, guess: int | None, shown: int
+) -> None:
+    """However wrong the guess, and with only the entries within the cap given, the same cut."""
+    entries = [f"- entry {i} " + "x" * n for i, n in enumerate(lengths)]
+    fits, omitted = within_chars(cap), chars_omitted(cap)
+    expected = cap_entries("header", entries, fits, omitted)
+    assert cap_entries("header", entries, fits, omitted, guess=guess) == expected
+    size, prefix = len("header"), 0
+    for entry in entries:  # the entries within the cap, and perhaps a few past it
+        size += 1 + len(entry)
+        if size > cap and prefix >= shown:
+            break
+        prefix += 1
+    got = cap_entries("header", entries[:prefix], fits, omitted, total=len(entries), guess=guess)
+    assert got == expected
