@@ -60,22 +60,34 @@ def cap_entries(
     entries: Sequence[str],
     fits: Callable[[str], bool],
     omitted: Callable[[int], str],
+    *,
+    total: int | None = None,
+    guess: int | None = None,
 ) -> tuple[str, int] | None:
     """The header and every entry when that ``fits``; else the header, as many whole entries as fit
     and the closing line ``omitted(count left out)``, and the count shown. None when even the header
     and the closing line do not fit. ``fits`` must grow stricter as the text grows (a length or a
     token cap): the entries kept are found by bisection, so a cut costs a few checks, not one per
-    entry."""
-    whole = "\n".join([header, *entries])
-    if fits(whole):
-        return whole, len(entries)
+    entry. ``total``: ``entries`` are the first of that many, the others known not to fit (past a
+    character cap), so a long index is cut without joining every entry. ``guess``: about how many
+    entries fit (an estimate, right or wrong): the search starts there and widens step by step, so a
+    good guess costs two or three checks whatever the length of the index."""
+    whole_given = total is None or total == len(entries)
+    count = len(entries) if total is None else total
+    if whole_given:
+        whole = "\n".join([header, *entries])
+        if fits(whole):
+            return whole, len(entries)
 
     def text(kept: int) -> str:
-        return "\n".join([header, *entries[:kept], omitted(len(entries) - kept)])
+        return "\n".join([header, *entries[:kept], omitted(count - kept)])
 
     if not fits(text(0)):
         return None
-    low, high = 0, len(entries) - 1  # fits(text(low)); the answer is in [low, high]
+    # fits(text(low)); the answer is in [low, high]
+    low, high = 0, len(entries) - 1 if whole_given else len(entries)
+    if guess is not None and low < high:
+        low, high = _around(min(max(guess, 1), high), low, high, lambda kept: fits(text(kept)))
     while low < high:
         mid = (low + high + 1) // 2
         if fits(text(mid)):
@@ -83,6 +95,27 @@ def cap_entries(
         else:
             high = mid - 1
     return text(low), low
+
+
+def _around(start: int, low: int, high: int, fits: Callable[[int], bool]) -> tuple[int, int]:
+    """The range [low, high] narrowed around ``start`` by steps that double (``fits(low)`` holds,
+    ``fits`` holds up to the answer and not past it): the answer stays in the range returned."""
+    step = 1
+    if fits(start):
+        low = start
+        while low < high:
+            probe = min(high, low + step)
+            if not fits(probe):
+                return low, probe - 1
+            low, step = probe, step * 2
+        return low, high
+    high = start - 1
+    while low < high:
+        probe = max(low, high - step)
+        if fits(probe):
+            return probe, high
+        high, step = probe - 1, step * 2
+    return low, high
 
 
 def chars_omitted(max_chars: int, then: str = "") -> Callable[[int], str]:

@@ -214,9 +214,12 @@ class ArtifactsProjection(Projection):
 # --- queries ---------------------------------------------------------------------------------------
 
 
-def list_artifacts(store: Store, session_id: str, at: int | None = None) -> list[ArtifactInfo]:
+def list_artifacts(
+    store: Store, session_id: str, at: int | None = None, *, after: int = 0
+) -> list[ArtifactInfo]:
     """The session's artifacts in log order, each write listed once (the same content written twice
-    is listed twice, with the same id). ``at``: only those written at or before that global position.
+    is listed twice, with the same id). ``at``: only those written at or before that global position;
+    ``after``: only those written after that one (what a caller that listed them before lacks).
     Raises UnknownSessionError for a session with no events."""
     _check_at(at)
     store.require_session(session_id)
@@ -225,8 +228,8 @@ def list_artifacts(store: Store, session_id: str, at: int | None = None) -> list
         through = _through(at)
         rows = conn.execute(  # live writes only: a rewound or removed write is not listed
             f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? "
-            f"AND {live_condition('artifacts')} ORDER BY position",
-            (session_id, through, through, through),
+            f"AND position > ? AND {live_condition('artifacts')} ORDER BY position",
+            (session_id, through, after, through, through),
         ).fetchall()
     return [_info(row) for row in rows]
 

@@ -9,6 +9,8 @@ rendering and its token count are cached per store, so a warm build does not gro
 
 from __future__ import annotations
 
+import bisect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,10 +45,27 @@ def preamble_omitted(count: int) -> str:
 class _Index:
     header: str
     entries: tuple[str, ...]
-    text: str
-    """Header and every entry."""
+    """The first entries, as many as fit with the header within the character cap (all when they
+    do): the others can never be shown."""
+    total: int
+    """How many entries in all."""
+    text: str | None
+    """Header and every entry; None when that is over the character cap."""
     tokens: int | None
     """Tokens of ``text`` as a system message; None when it is over the character cap (not counted)."""
+
+
+@dataclass(slots=True)
+class _Listing:
+    """The index's lines of a session as of an artifact row, kept to be brought forward with the
+    rows written after it (a turn adds a few), rather than listed and rendered again."""
+
+    position: int
+    """The newest artifact row it has taken in."""
+    entries: dict[str, str]
+    """Each name's line (its newest live write's, the agent tool's own results left out)."""
+    names: list[str]
+    """The names, sorted in code-point order."""
 
 
 _Key = tuple[str, str, int, str, tuple[tuple[int, int], ...]]
@@ -54,6 +73,12 @@ _FULL: StoreCache[_Key, tuple[_Index | None]] = StoreCache(256)
 """The whole index per watermark (None inside: nothing to list)."""
 _CUTS: StoreCache[tuple[_Key, int], tuple[tuple[str, int] | None]] = StoreCache(256)
 """The index cut to a token limit, per watermark and limit (None inside: not even its header fits)."""
+_LISTINGS: StoreCache[tuple[str, tuple[tuple[int, int], ...]], _Listing] = StoreCache(64)
+"""Per session and ranges not live: the newest listing made (the live writes at or before a
+position do not change while those ranges do not)."""
+_LISTING_LOCK = threading.Lock()
+_LINE_TOKENS: StoreCache[tuple[str, str], int] = StoreCache(8192)
+"""Tokens of an index line and its newline (an estimate of its share of the index's count)."""
 
 
 def index_message(
@@ -75,7 +100,7 @@ def index_message(
     limit = min(policy.budget // 2, room)
     overhead = PER_MESSAGE + reader.costs["system"]
     mode: Mode = "full"
-    if index.tokens is not None and index.tokens <= limit:
+    if index.text is not None and index.tokens is not None and index.tokens <= limit:
         text, tokens = index.text, index.tokens
     else:
         cut = _cut(reader, key, index, limit - overhead)
@@ -119,8 +144,8 @@ def artifact_notes(reader: ContextReader, since: int) -> list[ContextMessage]:
     if newer is None:
         return []
     by_version: dict[int, list[ArtifactInfo]] = {}
-    for info in list_artifacts(reader.store, reader.sid, reader.at):
-        if info.position > since and info.kind != "tool_output" and not is_own_output(info):
+    for info in list_artifacts(reader.store, reader.sid, reader.at, after=since):
+        if info.kind != "tool_output" and not is_own_output(info):
             by_version.setdefault(info.version, []).append(info)
     notes = []
     overhead = PER_MESSAGE + reader.costs["system"]
@@ -155,21 +180,50 @@ def _watermark(reader: ContextReader) -> _Key | None:
 
 
 def _full(reader: ContextReader, key: _Key) -> _Index | None:
-    """The whole index (header and every entry), rendered once per watermark."""
+    """The index (header and every entry within the character cap), rendered once per watermark
+    from the session's listing, which takes in only the artifact rows written since it was made."""
     found = _FULL.get(reader.store, key)
     if found is not None:
         return found[0]
-    infos = [info for info in list_artifacts(reader.store, reader.sid, reader.at) if not is_own_output(info)]
-    index: _Index | None = None
-    if infos:
-        entries = tuple(index_entries(infos, latest_only=True))
-        header = preamble_header(len(entries))
-        text = "\n".join([header, *entries])
-        tokens = None
-        if len(text) <= INDEX_MAX_CHARS:
-            tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
-        index = _Index(header, entries, text, tokens)
+    with _LISTING_LOCK:
+        listing = _listing(reader, key)
+        names, entries = listing.names, listing.entries
+        index: _Index | None = None
+        if names:
+            header = preamble_header(len(names))
+            shown: list[str] = []
+            size = len(header)
+            for name in names:  # the lines past the character cap can never be shown
+                size += 1 + len(entries[name])
+                if size > INDEX_MAX_CHARS:
+                    break
+                shown.append(entries[name])
+            text = tokens = None
+            if len(shown) == len(names):
+                text = "\n".join([header, *shown])
+                tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
+            index = _Index(header, tuple(shown), len(names), text, tokens)
     return _FULL.put(reader.store, key, (index,))[0]
+
+
+def _listing(reader: ContextReader, key: _Key) -> _Listing:
+    """The session's listing as of the watermark ``key``: the one kept, brought forward with the
+    rows written after it, or (none kept, or kept for a later position) listed afresh."""
+    place = (reader.sid, key[4])
+    position = key[2]
+    listing = _LISTINGS.get(reader.store, place)
+    if listing is None or listing.position > position:
+        listing = _LISTINGS.put(reader.store, place, _Listing(0, {}, []))
+    if listing.position == position:
+        return listing
+    for info in list_artifacts(reader.store, reader.sid, reader.at, after=listing.position):
+        if is_own_output(info):
+            continue
+        if info.name not in listing.entries:
+            bisect.insort(listing.names, info.name)
+        listing.entries[info.name] = index_entries([info])[0]
+    listing.position = position
+    return listing
 
 
 def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[str, int] | None:
@@ -186,9 +240,26 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
         # Characters first: a text over the character cap is never counted.
         return len(text) <= INDEX_MAX_CHARS and tok.count(text) <= limit
 
-    capped = cap_entries(index.header, index.entries, fits, preamble_omitted)
+    guess = _guess(reader, index, limit)
+    capped = cap_entries(index.header, index.entries, fits, preamble_omitted, total=index.total, guess=guess)
     result = None if capped is None else (capped[0], tok.count(capped[0]))
     return _CUTS.put(reader.store, (key, limit), (result,))[0]
+
+
+def _guess(reader: ContextReader, index: _Index, limit: int) -> int:
+    """How many entries fit ``limit`` tokens by the sum of their lines' counts (each line counted
+    once per store), where the exact cut's search starts: two or three counts of the whole text
+    instead of one per step of a bisection."""
+    tok = reader.tok
+    used = tok.count(index.header) + tok.count(preamble_omitted(index.total))
+    for kept, entry in enumerate(index.entries):
+        key = (tok.name, entry)
+        found = _LINE_TOKENS.get(reader.store, key)
+        tokens = found if found is not None else _LINE_TOKENS.put(reader.store, key, tok.count(entry) + 1)
+        used += tokens
+        if used > limit:
+            return kept
+    return len(index.entries)
 
 
 __all__ = [
