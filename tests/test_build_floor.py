@@ -22,6 +22,7 @@ from turnlog.projections.context_capping import output_notice
 from turnlog.projections.context_rows import INLINE_CHARS, Item, item_of, whole_of
 from turnlog.projections.registry import materializer
 from turnlog.store import MessageAppended, SQLiteStore, ToolCall, ToolReturned
+from turnlog.store.errors import CorruptStoreError
 from turnlog.store.rows import PAYLOAD_COLUMNS, PAYLOAD_JOIN, payload_fields
 from turnlog.store.tokenizer import Tokenizer, load_tokenizer
 
@@ -273,3 +274,12 @@ def test_a_tool_output_read_with_its_row_says_what_the_event_says(
     )
     big = len(content.encode("utf-8")) > 1024
     assert (item.artifact_id is not None) == big
+
+
+def test_a_payload_is_decoded_only_at_the_current_schema_and_a_damaged_blob_is_reported() -> None:
+    payload = '{"role":"user","content":"hi"}'
+    assert payload_fields("message_appended", 1, payload, None, None) == {"role": "user", "content": "hi"}
+    # Another schema version is left to the validating mapper, which upcasts it.
+    assert payload_fields("message_appended", 2, payload, None, None) is None
+    with pytest.raises(CorruptStoreError, match="tool_returned event cannot be read"):
+        payload_fields("tool_returned", 1, '{"tool_call_id":"c"}', "zstd", b"not zstd")
