@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from turnlog.projections.context_rows import body_of
+from turnlog.projections.context_rows import whole_of
 from turnlog.projections.materialize import Projection, copy_rows, fork_of
 from turnlog.store import (
     MessageAppended,
@@ -38,7 +38,7 @@ class ContextIndex(Projection):
     """Rows the context builder reads instead of the session's events."""
 
     name: ClassVar[str] = "context_index"
-    version: ClassVar[int] = 4
+    version: ClassVar[int] = 5
     tables: ClassVar[tuple[str, ...]] = ("ctx_messages", "ctx_calls", "ctx_pins", "ctx_runs", "ctx_summaries")
     types: ClassVar[tuple[str, ...] | None] = (
         "message_appended",
@@ -68,7 +68,8 @@ class ContextIndex(Projection):
                 cum_messages INTEGER NOT NULL,  -- messages in the session up to this one
                 cum_tokens INTEGER NOT NULL,    -- their stored tokens
                 event_id TEXT NOT NULL,
-                body TEXT NOT NULL,             -- what a build shows of it (context_rows.body_of)
+                length INTEGER NOT NULL,        -- characters of its text
+                whole INTEGER NOT NULL,         -- 1: a build reads its text with the row (context_rows)
                 PRIMARY KEY (session_id, version)
             );
             CREATE INDEX ctx_messages_retained
@@ -165,11 +166,11 @@ class ContextIndex(Projection):
                 st.messages += 1
                 st.tokens += tokens
                 calls = event.tool_calls or ()
-                body = body_of(event, tokens, always_kept=first_user or event.role == "system")
+                whole = whole_of(event, tokens, always_kept=first_user or event.role == "system")
                 rows.append(
                     (sid, record.version, record.position, event.role, int(first_user),
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens,
-                     record.event_id, body)
+                     record.event_id, len(event.content), int(whole))
                 )  # fmt: skip
                 conn.executemany(
                     "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
@@ -209,7 +210,8 @@ class ContextIndex(Projection):
                     )
                 rows.append(
                     (sid, record.version, record.position, "tool", 0, 0, 0,
-                     answers, tokens, st.messages, st.tokens, record.event_id, body_of(event, tokens))
+                     answers, tokens, st.messages, st.tokens, record.event_id,
+                     len(event.content), int(whole_of(event, tokens)))
                 )  # fmt: skip
             elif isinstance(event, MessagePinned):
                 target = _target_version(conn, sid, event.target_event_id, rows)
@@ -290,7 +292,7 @@ def _open_calls(conn: Connection, sid: str) -> dict[str, list[int]]:
 
 def _flush(conn: Connection, rows: list[tuple[object, ...]]) -> None:
     if rows:
-        conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         rows.clear()
 
 

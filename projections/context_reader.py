@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnlog.projections.context_header import Header, read_header
-from turnlog.projections.context_rows import Item, item_of
+from turnlog.projections.context_rows import Item, item_of, item_of_event
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
 from turnlog.store import MessageAppended, RecordedEvent, Store, ToolReturned
 from turnlog.store.dialect import dialect_of
+from turnlog.store.rows import PAYLOAD_COLUMNS, PAYLOAD_JOIN, payload_fields
 
 
 @dataclass(slots=True)
@@ -30,7 +31,11 @@ class Row:
     call_version: int | None
     tokens: int
     event_id: str
-    body: str
+    length: int
+    whole: bool
+    payload: tuple[Any, ...]
+    """Its event's type, schema version and payload, and its content blob's codec and data when the
+    build reads the text with the row (store.rows.PAYLOAD_COLUMNS)."""
 
 
 @dataclass(slots=True)
@@ -46,13 +51,16 @@ class SummaryRow:
 
 
 ROW_COLUMNS = (
-    "version, position, role, first_user, has_name, n_calls, call_version, tokens, event_id, body, "
-    "cum_messages, cum_tokens"
+    "c.version, c.position, c.role, c.first_user, c.has_name, c.n_calls, c.call_version, c.tokens, "
+    f"c.event_id, c.length, c.whole, c.cum_messages, c.cum_tokens, {PAYLOAD_COLUMNS}"
 )
+# Each row with its event's payload, and the content blob of a text read with the row: the index
+# keeps no copy of the log's texts.
+_JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
 
 # The reads of a build, named so that the ones it makes first can be sent together (_first_reads).
-_RETAINED = "AND version <= ? AND (role = 'system' OR first_user = 1)"
-_CHUNK = "AND version <= ? AND version >= ? ORDER BY version DESC LIMIT ?"
+_RETAINED = "AND c.version <= ? AND (c.role = 'system' OR c.first_user = 1)"
+_CHUNK = "AND c.version <= ? AND c.version >= ? ORDER BY c.version DESC LIMIT ?"
 _FIRST_CHUNK = 32
 _PINS = (
     "SELECT target_version FROM ctx_pins WHERE session_id = ? AND pinned_at <= ? "
@@ -81,7 +89,7 @@ ARTIFACT_WATERMARK = (
 
 
 def _rows_sql(where: str, hint: str) -> str:
-    return f"SELECT {ROW_COLUMNS} FROM ctx_messages {hint} WHERE session_id = ? {where}"
+    return f"SELECT {ROW_COLUMNS} FROM ctx_messages c {hint} {_JOIN} WHERE c.session_id = ? {where}"
 
 
 class ContextReader:
@@ -148,22 +156,30 @@ class ContextReader:
             found = conn.execute(_rows_sql(where, hint), (self.sid, *params)).fetchall()
         cums = self._cums
         rows = []
-        for v, p, r, f, n, c, cv, t, e, b, cm, ct in found:
+        for v, p, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
             # The running totals below this row, as _raw_cumulative would read them.
             cums[v] = (cm - 1, ct - t)
             if not self.dead or not is_dead(self.dead, v):
-                rows.append(Row(v, p, r, bool(f), bool(n), c, cv, t, e, b))
+                rows.append(Row(v, p, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload)))
         return rows
 
     def _item(self, row: Row) -> Item:
-        """What the row's event says, from its stored body (decoded once a build)."""
+        """What the row's event says, from its payload read with the row (decoded once a build)."""
         found = self.items.get(row.version)
         if found is None:
-            found = self.items[row.version] = item_of(row.event_id, row.body)
+            fields = payload_fields(*row.payload)
+            if fields is None:  # an older schema's payload: the store upcasts it
+                self._load([row.version])
+                event = self.events[row.version].event
+                assert isinstance(event, (MessageAppended, ToolReturned))
+                found = item_of_event(row.event_id, event, row.whole)
+            else:
+                found = item_of(row.event_id, row.length, row.whole, fields, tool=row.role == "tool")
+            self.items[row.version] = found
         return found
 
     def _content(self, row: Row) -> str:
-        """The row's whole text: from its body, or from its event when the body left it out."""
+        """The row's whole text: read with the row, or from its event when it was not."""
         content = self._item(row).content
         if content is None:
             self._load([row.version])
@@ -245,7 +261,7 @@ class ContextReader:
         ordered = sorted(versions)
         for start in range(0, len(ordered), 500):
             chunk = ordered[start : start + 500]
-            found += self._rows(f"AND version IN ({','.join('?' * len(chunk))})", chunk)
+            found += self._rows(f"AND c.version IN ({','.join('?' * len(chunk))})", chunk)
         return found
 
     def _open_run_start(self) -> int | None:

@@ -268,6 +268,36 @@ def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEven
     return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
 
 
+PAYLOAD_JOIN = (
+    "JOIN events e ON e.position = {table}.position LEFT JOIN blobs b ON b.id = e.blob_id AND {wanted}"
+)
+"""Joins a projection's rows (``{table}``: its name or alias, with a ``position`` column) to their
+events ``e``, and to the content blob ``b`` where ``{wanted}`` (an SQL condition) holds: for a read
+that takes an event's payload with the projection's row instead of keeping a copy of it."""
+
+PAYLOAD_COLUMNS = "e.type, e.schema_version, e.payload, b.codec, b.data"
+"""What payload_fields reads, in its order, from PAYLOAD_JOIN's tables."""
+
+
+def payload_fields(
+    etype: str, schema_version: int, payload: str, codec: str | None, data: bytes | None
+) -> dict[str, Any] | None:
+    """The fields of a stored event's payload (PAYLOAD_COLUMNS), decoded without validation: it was
+    validated when it was appended. ``content`` is there when the payload holds it, or when its blob
+    was joined (``codec`` set). None for a payload of an older schema version, which only the
+    validating mapper (record_from_row) upcasts; a payload that cannot be decoded raises
+    CorruptStoreError."""
+    if CURRENT_VERSIONS.get(etype) != schema_version:
+        return None
+    try:
+        fields: dict[str, Any] = from_json(payload)
+        if codec is not None and data is not None:
+            fields["content"] = decode_blob(codec, data).decode("utf-8")
+    except ValueError as exc:  # BlobDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptStoreError(f"stored {etype} event cannot be read: {exc}; run `turnlog verify`") from exc
+    return fields
+
+
 def records_from_rows(rows: Iterable[Sequence[Any]]) -> list[RecordedEvent]:
     """Rows turned into records, with the cyclic garbage collector paused."""
     with gc_paused():
