@@ -122,7 +122,12 @@ def test_a_failure_inside_the_pipeline_commits_the_events_and_prints_nothing(
             store.close()
             store = _open(pg_schema)
         # A row where the next message's will go: the projections' insert fails in the pipeline.
-        sql("INSERT INTO ctx_messages VALUES ('s', 7, 0, 'user', 0, 0, 0, NULL, 0, 0, 0)", pg_schema)
+        sql(
+            "INSERT INTO ctx_messages (session_id, version, position, role, first_user, has_name, n_calls, "
+            "tokens, cum_messages, cum_tokens, event_id, length, whole) "
+            "VALUES ('s', 7, 0, 'user', 0, 0, 0, 0, 0, 0, 'in-the-way', 0, 0)",
+            pg_schema,
+        )
         with caplog.at_level(logging.WARNING, logger="psycopg"):
             records = store.append("s", [MessageAppended(role="user", content="next")])
         assert [r.version for r in records] == [7]
