@@ -283,7 +283,8 @@ class ContextReader:
         if self.known() is not None and self.expected_rows:
             # No prefetched first chunk to match (SQLite): sized for the rows the budget left, with
             # room for the outputs capped below their stored counts.
-            size = min(2 * self.expected_rows + 8, 512)
+            # (None left — pinned rows over the budget — still reads a first chunk: never 0 rows.)
+            size = min(2 * max(self.expected_rows, 0) + 8, 512)
         while upper >= 1:
             d = bisect.bisect_right(dead_starts, upper) - 1
             if d >= 0 and self.dead[d][1] >= upper:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from turnlog.projections.context import (
@@ -517,6 +517,13 @@ def sessions(draw: st.DrawFn) -> list[Any]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=sessions(), budget=st.integers(60, 6000), tool_cap=st.integers(32, 600))
+@example(  # pinned messages over the budget: the tail read once asked for a chunk of 0 rows
+    events=[MessageAppended(role="user", content="")]
+    + [MessageAppended(role="user", content="", pinned=Pin()) for _ in range(4)]
+    + [MessageAppended(role="user", content="file value error beta agent delta", pinned=Pin())],
+    budget=60,
+    tool_cap=32,
+)
 def test_rules_hold_for_random_sessions_and_budgets(events: list[Any], budget: int, tool_cap: int) -> None:
     store = SQLiteStore.open(":memory:")
     try:
