@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_
 
 from tests.helpers.postgres import pg_schema, pg_url
 from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.projections.langgraph_index import writes_of
 from turnlog.projections.registry import materializer
 from turnlog.store import InvalidEventError, StateRecorded
 
@@ -276,3 +277,66 @@ def test_a_graph_turn_appends_once_per_checkpoint_at_most_plus_writes(opener: Op
     assert queries == []
     messages = graph.get_state(config).values["messages"]
     assert [m.content for m in messages][-2:] == ["turn 4", "noted 11"]
+
+
+def test_writes_for_a_checkpoint_not_yet_put_wait_for_it_and_go_in_its_append(opener: Opener) -> None:
+    """LangGraph's default (durability ``async``): a step's tasks write before the step's checkpoint
+    is put. Those writes wait for it, so both go in one append (one commit), writes first."""
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    second = create_checkpoint(first, None, 1)
+    assert second["id"] > first["id"]
+    calls = appends_of(saver)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            saver.put_writes(cfg("t", checkpoint_id=second["id"]), [("x", "early")], task_id="task")
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=write)
+    worker.start()
+    queued(saver, 1)
+    saver.put(config, second, {"step": 1}, {})
+    worker.join()
+    assert errors == []
+    assert [[e.key for e in call if isinstance(e, StateRecorded)] for call in calls] == [
+        [f"{second['id']}/writes/task", second["id"]]
+    ]
+    found = saver.get_tuple(cfg("t"))
+    assert found is not None and found.checkpoint["id"] == second["id"]
+    assert [w[0] for w in found.pending_writes or []] == ["task"]
+    assert shape(found) == shape(from_index(saver, cfg("t")))
+
+
+def test_writes_whose_checkpoint_never_comes_are_stored_after_the_wait(opener: Opener) -> None:
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    saver.put(cfg("t"), first, {"step": 0}, {})
+    later = create_checkpoint(first, None, 1)
+    calls = appends_of(saver)
+    saver.put_writes(cfg("t", checkpoint_id=later["id"]), [("x", "orphan")], task_id="task")
+    assert len(calls) == 1
+    assert [w[0] for w in saver._log.query(lambda conn: writes_of(conn, "t", "", later["id"]))] == ["task"]
+
+
+def test_writes_for_a_stored_checkpoint_do_not_wait(opener: Opener) -> None:
+    """Writes for the latest checkpoint put (or an older one) have nothing to wait for: the queue
+    does not even ask (its wait would fail this test by the assert in the hook)."""
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    queue = saver._log.queue
+    assert not queue._awaits_put("t")
+    waited: list[bool] = []
+    original = queue._awaits_put
+
+    def awaits(sid: str) -> bool:
+        waited.append(original(sid))
+        return waited[-1]
+
+    queue._awaits_put = awaits  # type: ignore[method-assign]
+    saver.put_writes(config, [("x", "now")], task_id="task")
+    assert waited and not any(waited)
