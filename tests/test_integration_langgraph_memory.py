@@ -279,64 +279,103 @@ def test_a_graph_turn_appends_once_per_checkpoint_at_most_plus_writes(opener: Op
     assert [m.content for m in messages][-2:] == ["turn 4", "noted 11"]
 
 
+def started(fn: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
+    """``fn`` running in a thread of its own, its exception kept in ``errors``."""
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def keys(calls: list[list[Any]]) -> list[list[str]]:
+    return [[e.key for e in call if isinstance(e, StateRecorded)] for call in calls]
+
+
 def test_writes_for_a_checkpoint_not_yet_put_wait_for_it_and_go_in_its_append(opener: Opener) -> None:
-    """LangGraph's default (durability ``async``): a step's tasks write before the step's checkpoint
-    is put. Those writes wait for it, so both go in one append (one commit), writes first."""
+    """LangGraph's default (durability ``async``): while a checkpoint waits to commit, the next
+    step's tasks run and write for the next checkpoint, not yet put. The checkpoint goes alone; the
+    writes (and the thread's other writes queued with them) wait for the next one's ``put``, so all
+    go in one append (one commit), writes first, in arrival order."""
     saver = opener()
     first = create_checkpoint(empty_checkpoint(), None, 0)
     config = saver.put(cfg("t"), first, {"step": 0}, {})
     second = create_checkpoint(first, None, 1)
-    assert second["id"] > first["id"]
+    third = create_checkpoint(second, None, 2)
+    assert first["id"] < second["id"] < third["id"]
+    saver._log.queue._linger = 60.0  # however slow the machine: the put comes first
     calls = appends_of(saver)
     errors: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            saver.put_writes(cfg("t", checkpoint_id=second["id"]), [("x", "early")], task_id="task")
-        except BaseException as exc:
-            errors.append(exc)
-
-    worker = threading.Thread(target=write)
-    worker.start()
-    queued(saver, 1)
-    saver.put(config, second, {"step": 1}, {})
-    worker.join()
+    now, then = cfg("t", checkpoint_id=second["id"]), cfg("t", checkpoint_id=third["id"])
+    with saver._lock:  # an append in progress
+        workers = [started(lambda: saver.put(config, second, {"step": 1}, {}), errors)]
+        queued(saver, 1)
+        workers.append(started(lambda: saver.put_writes(now, [("x", "a")], task_id="task0"), errors))
+        queued(saver, 2)
+        workers.append(started(lambda: saver.put_writes(then, [("x", "b")], task_id="task1"), errors))
+        queued(saver, 3)
+    workers[0].join()
+    saver.put(now, third, {"step": 2}, {})
+    for worker in workers:
+        worker.join()
     assert errors == []
-    assert [[e.key for e in call if isinstance(e, StateRecorded)] for call in calls] == [
-        [f"{second['id']}/writes/task", second["id"]]
+    assert keys(calls) == [
+        [second["id"]],
+        [f"{second['id']}/writes/task0", f"{third['id']}/writes/task1", third["id"]],
     ]
-    found = saver.get_tuple(cfg("t"))
-    assert found is not None and found.checkpoint["id"] == second["id"]
-    assert [w[0] for w in found.pending_writes or []] == ["task"]
-    assert shape(found) == shape(from_index(saver, cfg("t")))
+    for checkpoint, task in [(second, "task0"), (third, "task1")]:
+        found = saver.get_tuple(cfg("t", checkpoint_id=checkpoint["id"]))
+        assert found is not None and [w[0] for w in found.pending_writes or []] == [task]
+        assert shape(found) == shape(from_index(saver, cfg("t", checkpoint_id=checkpoint["id"])))
+    assert shape(saver.get_tuple(cfg("t"))) == shape(from_index(saver, cfg("t")))
 
 
 def test_writes_whose_checkpoint_never_comes_are_stored_after_the_wait(opener: Opener) -> None:
     saver = opener()
     first = create_checkpoint(empty_checkpoint(), None, 0)
-    saver.put(cfg("t"), first, {"step": 0}, {})
-    later = create_checkpoint(first, None, 1)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    second = create_checkpoint(first, None, 1)
+    never = create_checkpoint(second, None, 2)
+    saver._log.queue._linger = 0.05
     calls = appends_of(saver)
-    saver.put_writes(cfg("t", checkpoint_id=later["id"]), [("x", "orphan")], task_id="task")
-    assert len(calls) == 1
-    assert [w[0] for w in saver._log.query(lambda conn: writes_of(conn, "t", "", later["id"]))] == ["task"]
+    errors: list[BaseException] = []
+    then = cfg("t", checkpoint_id=never["id"])
+    with saver._lock:
+        workers = [started(lambda: saver.put(config, second, {"step": 1}, {}), errors)]
+        queued(saver, 1)
+        workers.append(started(lambda: saver.put_writes(then, [("x", "b")], task_id="task"), errors))
+        queued(saver, 2)
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert keys(calls) == [[second["id"]], [f"{never['id']}/writes/task"]]
+    assert [w[0] for w in saver._log.query(lambda conn: writes_of(conn, "t", "", never["id"]))] == ["task"]
 
 
-def test_writes_for_a_stored_checkpoint_do_not_wait(opener: Opener) -> None:
-    """Writes for the latest checkpoint put (or an older one) have nothing to wait for: the queue
-    does not even ask (its wait would fail this test by the assert in the hook)."""
+def test_writes_of_a_caller_that_puts_its_checkpoints_itself_do_not_wait(opener: Opener) -> None:
+    """No checkpoint of the thread being put: writes for the latest, an older or a later checkpoint
+    (this caller's own next, put by it afterwards) go at once."""
     saver = opener()
     first = create_checkpoint(empty_checkpoint(), None, 0)
     config = saver.put(cfg("t"), first, {"step": 0}, {})
+    later = create_checkpoint(first, None, 1)
     queue = saver._log.queue
-    assert not queue._awaits_put("t")
-    waited: list[bool] = []
+    asked: list[bool] = []
     original = queue._awaits_put
 
     def awaits(sid: str) -> bool:
-        waited.append(original(sid))
-        return waited[-1]
+        asked.append(original(sid))
+        return asked[-1]
 
     queue._awaits_put = awaits  # type: ignore[method-assign]
+    calls = appends_of(saver)
     saver.put_writes(config, [("x", "now")], task_id="task")
-    assert waited and not any(waited)
+    saver.put_writes(cfg("t", checkpoint_id="0"), [("x", "older")], task_id="task")
+    saver.put_writes(cfg("t", checkpoint_id=later["id"]), [("x", "later")], task_id="task")
+    assert len(calls) == 3
+    assert asked and not any(asked)
