@@ -1,0 +1,105 @@
+"""The first read of a warm build on a server (PostgreSQL): one statement, prepared on the server, that
+says whether the projections are current and where the session's head is, answers the header
+(context_header) and reads the retained messages and the newest rows the budget can take. A warm
+build of a typical session then makes that one round trip and no other (no BEGIN, no ROLLBACK: one
+statement sees one snapshot). Everything a build reads is as of its position, so what it reads
+after that, in a snapshot of its own, agrees with it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from turnlog.projections.context_header import Header, leave_ahead
+from turnlog.projections.context_reader import ROW_COLUMNS, first_rows_reads
+from turnlog.store.dialect import Connection
+from turnlog.store.rows import PAYLOAD_JOIN
+
+TAIL_CAP = 2048
+"""The most rows the statement reads of the tail (the walk back reads on from there if needs be)."""
+
+_JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
+_ROWS = (
+    f"SELECT {{part}}, {ROW_COLUMNS} FROM ctx_messages c {_JOIN} "
+    "WHERE c.session_id = ? AND c.version <= (SELECT hv FROM h) "
+)
+_SEEN = "SELECT 1 FROM {table} WHERE session_id = ? AND {column} <= h.at LIMIT 1"
+
+# One row per part: 0 the header (its numbers in the payload column, as text: a row of the same
+# columns as the others), 1 the retained rows (system messages, the first user message), 2 the tail
+# from the head down to the newest row below which the budget's worth of stored tokens lies. A
+# message costs at least its stored tokens unless it is capped: the tail holds what the budget can
+# take, and the build reads on only when capped outputs leave room for more.
+START = (
+    "WITH h AS MATERIALIZED (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
+    "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
+    "top AS MATERIALIZED (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
+    "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
+    "below AS MATERIALIZED (SELECT version FROM ctx_messages WHERE session_id = ? "
+    "AND version <= (SELECT hv FROM h) AND cum_tokens <= (SELECT cum_tokens FROM top) - ? "
+    # Not a scan of the whole session when it is all within the budget.
+    "AND (SELECT cum_tokens FROM top) > ? ORDER BY version DESC LIMIT 1) "
+    "SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "(SELECT event_id FROM artifacts WHERE session_id = ? AND position <= h.at "
+    "ORDER BY position DESC LIMIT 1), "
+    "NULL, NULL, NULL, NULL, NULL, NULL, "
+    "array_to_string(ARRAY[h.at, h.hv, "
+    "(SELECT min(position) FROM projection_checkpoints WHERE name = ANY(?)), "
+    "(SELECT count(*) FROM projection_checkpoints WHERE name = ANY(?)), "
+    f"({_SEEN.format(table='live_gaps', column='dead_at')}), "
+    f"({_SEEN.format(table='ctx_pins', column='pinned_at')}), "
+    f"({_SEEN.format(table='ctx_summaries', column='position')}), "
+    f"({_SEEN.format(table='rt_condensed', column='position')}), "
+    "(SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= h.at "
+    "AND (finished_position IS NULL OR finished_position > h.at) ORDER BY started_position DESC LIMIT 1), "
+    "(SELECT cum_messages FROM top), (SELECT cum_tokens FROM top), "
+    "(SELECT position FROM artifacts WHERE session_id = ? AND position <= h.at "
+    "ORDER BY position DESC LIMIT 1), "
+    "(SELECT version FROM ctx_messages WHERE session_id = ? AND role != 'system' AND version >= 1 "
+    "AND version <= h.hv ORDER BY version LIMIT 1), "
+    "(SELECT version FROM below)]::bigint[], ',', ''), NULL, NULL FROM h "
+    "UNION ALL "
+    + _ROWS.format(part=1)
+    + "AND (c.role = 'system' OR c.first_user = 1) UNION ALL ("
+    + _ROWS.format(part=2)
+    + f"AND c.version > coalesce((SELECT version FROM below), 0) ORDER BY c.version DESC LIMIT {TAIL_CAP}) "
+    "ORDER BY 1, 2 DESC"
+)
+
+
+def read_start(
+    conn: Connection, session_id: str, watched: Sequence[str], budget: int
+) -> tuple[int, int] | None:
+    """(the head position, ``session_id``'s version there) when every projection of ``watched`` has
+    applied every event, read with one statement; the header and the first rows of the build as of
+    there are left on ``conn`` for its reader. None when a catch-up may have work."""
+    sid, names = session_id, list(watched)
+    rows = conn.alone(START, (sid, sid, sid, budget, budget, sid, names, names, *(sid,) * 9))
+    numbers = [int(n) if n else None for n in rows[0][16].split(",")]
+    at, head_version, applied, known, gaps, pins, summaries, condensed, run, messages, tokens = numbers[:11]
+    artifact, first, below = numbers[11:]
+    assert at is not None and head_version is not None and known is not None
+    if known < len(names) or applied is None or applied < at:
+        return None
+    if head_version > 0:
+        header = Header(
+            at,
+            gaps is not None,
+            pins is not None,
+            summaries is not None,
+            condensed is not None,
+            run,
+            (messages or 0, tokens or 0),
+            None if artifact is None else (artifact, str(rows[0][9])),
+            first,
+        )
+        retained = [row[1:] for row in rows if row[0] == 1]
+        tail = [row[1:] for row in rows if row[0] == 2]
+        # The whole history read (nothing below the tail): a chunk asked for one row more, which
+        # says the walk back has nothing left to read.
+        size = len(tail) + 1 if below is None and len(tail) < TAIL_CAP else len(tail)
+        for (sql, params), found in zip(
+            first_rows_reads(sid, head_version, size), (retained, tail), strict=True
+        ):
+            conn.remember(sql, params, found)
+        leave_ahead(conn, sid, at, head_version, header, size)
+    return at, head_version
