@@ -90,7 +90,7 @@ def _current_head(
     if not dialect_of(conn).remote:
         return materializer(store).current_head(session_id)
     watched = materializer(store).watched()
-    return None if watched is None else read_start(conn, session_id, watched, policy.budget)
+    return None if watched is None else read_start(conn, session_id, watched, policy)
 
 
 def _build(

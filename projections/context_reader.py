@@ -132,6 +132,13 @@ class ContextReader:
                 ahead = take_ahead(conn, session_id, at, head_version)
                 if ahead is not None:
                     self.header, self.first_chunk = ahead
+                    # The reads the header says this session needs, together (one round trip).
+                    dead, _, pins, _, _, summaries, _, _ = self._first_reads()
+                    known = self.header
+                    needed = ((dead, known.gaps), (pins, known.pins), (summaries, known.summaries))
+                    wanted = [read for read, asked in needed if asked]
+                    if wanted:
+                        conn.prefetch(wanted)
                 elif hasattr(conn, "prefetch"):
                     conn.prefetch(self._first_reads())
             else:

@@ -11,11 +11,15 @@ from collections.abc import Sequence
 
 from turnlog.projections.context_header import Header, leave_ahead
 from turnlog.projections.context_reader import ROW_COLUMNS, first_rows_reads
+from turnlog.projections.context_types import PER_MESSAGE, ContextPolicy
 from turnlog.store.dialect import Connection
 from turnlog.store.rows import PAYLOAD_JOIN
 
 TAIL_CAP = 2048
 """The most rows the statement reads of the tail (the walk back reads on from there if needs be)."""
+
+MARGIN = 8
+"""Rows read below the first the budget cannot take."""
 
 _JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
 _ROWS = (
@@ -26,18 +30,21 @@ _SEEN = "SELECT 1 FROM {table} WHERE session_id = ? AND {column} <= h.at LIMIT 1
 
 # One row per part: 0 the header (its numbers in the payload column, as text: a row of the same
 # columns as the others), 1 the retained rows (system messages, the first user message), 2 the tail
-# from the head down to the newest row below which the budget's worth of stored tokens lies. A
-# message costs at least its stored tokens unless it is capped: the tail holds what the budget can
-# take, and the build reads on only when capped outputs leave room for more.
+# from the head down to the first row the budget cannot take (at the least each message can cost):
+# the build reads on only when the first chunk was not enough.
 START = (
     "WITH h AS MATERIALIZED (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
     "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
     "top AS MATERIALIZED (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
     "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
-    "below AS MATERIALIZED (SELECT version FROM ctx_messages WHERE session_id = ? "
-    "AND version <= (SELECT hv FROM h) AND cum_tokens <= (SELECT cum_tokens FROM top) - ? "
-    # Not a scan of the whole session when it is all within the budget.
-    "AND (SELECT cum_tokens FROM top) > ? ORDER BY version DESC LIMIT 1) "
+    # The newest row at which what the tail costs at least (each message's overhead and stored
+    # tokens, at most the policy's caps) passes the budget: the build can fit no row below it; and
+    # a few more rows (the call of an output, squeezed in at the end, and its other outputs).
+    "below AS MATERIALIZED (SELECT version FROM (SELECT version, sum("
+    f"{PER_MESSAGE} + CASE WHEN role = 'tool' THEN least(tokens, ?) ELSE least(tokens, ?) END"
+    ") OVER (ORDER BY version DESC) AS cost FROM ctx_messages WHERE session_id = ? "
+    "AND version <= (SELECT hv FROM h) ORDER BY version DESC) AS tail "
+    f"WHERE cost > ? OFFSET {MARGIN} LIMIT 1) "
     "SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
     "(SELECT event_id FROM artifacts WHERE session_id = ? AND position <= h.at "
     "ORDER BY position DESC LIMIT 1), "
@@ -61,19 +68,20 @@ START = (
     + _ROWS.format(part=1)
     + "AND (c.role = 'system' OR c.first_user = 1) UNION ALL ("
     + _ROWS.format(part=2)
-    + f"AND c.version > coalesce((SELECT version FROM below), 0) ORDER BY c.version DESC LIMIT {TAIL_CAP}) "
+    + f"AND c.version >= coalesce((SELECT version FROM below), 0) ORDER BY c.version DESC LIMIT {TAIL_CAP}) "
     "ORDER BY 1, 2 DESC"
 )
 
 
 def read_start(
-    conn: Connection, session_id: str, watched: Sequence[str], budget: int
+    conn: Connection, session_id: str, watched: Sequence[str], policy: ContextPolicy
 ) -> tuple[int, int] | None:
     """(the head position, ``session_id``'s version there) when every projection of ``watched`` has
     applied every event, read with one statement; the header and the first rows of the build as of
     there are left on ``conn`` for its reader. None when a catch-up may have work."""
     sid, names = session_id, list(watched)
-    rows = conn.alone(START, (sid, sid, sid, budget, budget, sid, names, names, *(sid,) * 9))
+    caps = (policy.max_tool_tokens, policy.max_message_tokens)
+    rows = conn.alone(START, (sid, sid, *caps, sid, policy.budget, sid, names, names, *(sid,) * 9))
     numbers = [int(n) if n else None for n in rows[0][16].split(",")]
     at, head_version, applied, known, gaps, pins, summaries, condensed, run, messages, tokens = numbers[:11]
     artifact, first, below = numbers[11:]
