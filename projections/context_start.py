@@ -7,6 +7,7 @@ after that, in a snapshot of its own, agrees with it."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from turnlog.projections.context_header import Header, leave_ahead
@@ -27,50 +28,72 @@ _ROWS = (
     "WHERE c.session_id = ? AND c.version <= (SELECT hv FROM h) "
 )
 _SEEN = "SELECT 1 FROM {table} WHERE session_id = ? AND {column} <= h.at LIMIT 1"
-
-# One row per part: 0 the header (its numbers in the payload column, as text: a row of the same
-# columns as the others), 1 the retained rows (system messages, the first user message), 2 the tail
-# from the head down to the first row the budget cannot take (at the least each message can cost):
-# the build reads on only when the first chunk was not enough.
-START = (
-    "WITH h AS MATERIALIZED (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
-    "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
-    "top AS MATERIALIZED (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
-    "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
-    # The newest row at which what the tail costs at least (each message's overhead and stored
-    # tokens, at most the policy's caps) passes the budget: the build can fit no row below it; and
-    # a few more rows (the call of an output, squeezed in at the end, and its other outputs).
-    "below AS MATERIALIZED (SELECT version FROM (SELECT version, sum("
-    f"{PER_MESSAGE} + CASE WHEN role = 'tool' THEN least(tokens, ?) ELSE least(tokens, ?) END"
-    ") OVER (ORDER BY version DESC) AS cost FROM ctx_messages WHERE session_id = ? "
-    "AND version <= (SELECT hv FROM h) ORDER BY version DESC) AS tail "
-    f"WHERE cost > ? OFFSET {MARGIN} LIMIT 1) "
-    "SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
-    "(SELECT event_id FROM artifacts WHERE session_id = ? AND position <= h.at "
-    "ORDER BY position DESC LIMIT 1), "
-    "NULL, NULL, NULL, NULL, NULL, NULL, "
-    "array_to_string(ARRAY[h.at, h.hv, "
-    "(SELECT min(position) FROM projection_checkpoints WHERE name = ANY(?)), "
-    "(SELECT count(*) FROM projection_checkpoints WHERE name = ANY(?)), "
-    f"({_SEEN.format(table='live_gaps', column='dead_at')}), "
-    f"({_SEEN.format(table='ctx_pins', column='pinned_at')}), "
-    f"({_SEEN.format(table='ctx_summaries', column='position')}), "
-    f"({_SEEN.format(table='rt_condensed', column='position')}), "
-    "(SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= h.at "
-    "AND (finished_position IS NULL OR finished_position > h.at) ORDER BY started_position DESC LIMIT 1), "
-    "(SELECT cum_messages FROM top), (SELECT cum_tokens FROM top), "
-    "(SELECT position FROM artifacts WHERE session_id = ? AND position <= h.at "
-    "ORDER BY position DESC LIMIT 1), "
-    "(SELECT version FROM ctx_messages WHERE session_id = ? AND role != 'system' AND version >= 1 "
-    "AND version <= h.hv ORDER BY version LIMIT 1), "
-    "(SELECT version FROM below)]::bigint[], ',', ''), NULL, NULL FROM h "
-    "UNION ALL "
-    + _ROWS.format(part=1)
-    + "AND (c.role = 'system' OR c.first_user = 1) UNION ALL ("
-    + _ROWS.format(part=2)
-    + f"AND c.version >= coalesce((SELECT version FROM below), 0) ORDER BY c.version DESC LIMIT {TAIL_CAP}) "
-    "ORDER BY 1, 2 DESC"
+_FLAGS = (
+    ("live_gaps", "dead_at"),
+    ("ctx_pins", "pinned_at"),
+    ("ctx_summaries", "position"),
+    ("rt_condensed", "position"),
 )
+_ARTIFACT = (
+    "(SELECT {column} FROM artifacts WHERE session_id = ? AND position <= h.at "
+    "ORDER BY position DESC LIMIT 1)"
+)
+
+
+def _capped(cap: str) -> str:
+    return f"CASE WHEN tokens > {cap} THEN {cap} ELSE tokens END"
+
+
+def _text(expressions: Sequence[str]) -> str:
+    """Numbers as one text, comma-separated, empty for NULL."""
+    return " || ',' || ".join(f"coalesce(CAST({e} AS TEXT), '')" for e in expressions)
+
+
+@functools.lru_cache(maxsize=8)
+def start_sql(projections: int) -> str:
+    """The statement, for a check of that many projections. One row per part: 0 the header (its
+    numbers in the payload column, as text: a row of the same columns as the others), 1 the
+    retained rows (system messages, the first user message), 2 the tail from the head down to the
+    first row the budget cannot take (at the least each message can cost) and a few more: the build
+    reads on only when that was not enough. Portable SQL (a server is where it pays)."""
+    names = ", ".join("?" * projections)
+    header = [
+        "h.at",
+        "h.hv",
+        f"(SELECT min(position) FROM projection_checkpoints WHERE name IN ({names}))",
+        f"(SELECT count(*) FROM projection_checkpoints WHERE name IN ({names}))",
+        *(f"({_SEEN.format(table=table, column=column)})" for table, column in _FLAGS),
+        "(SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= h.at "
+        "AND (finished_position IS NULL OR finished_position > h.at) ORDER BY started_position DESC LIMIT 1)",
+        "(SELECT cum_messages FROM top)",
+        "(SELECT cum_tokens FROM top)",
+        _ARTIFACT.format(column="position"),
+        "(SELECT version FROM ctx_messages WHERE session_id = ? AND role != 'system' AND version >= 1 "
+        "AND version <= h.hv ORDER BY version LIMIT 1)",
+        "(SELECT version FROM below)",
+    ]
+    return (
+        "WITH h AS (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
+        "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
+        "top AS (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
+        "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
+        # The newest row at which what the tail costs at least (each message's overhead and its
+        # stored tokens within the policy's caps) passes the budget: the build can fit no row
+        # below it; and a few rows more (the call of an output squeezed in at the end, its other
+        # outputs).
+        f"below AS (SELECT version FROM (SELECT version, sum({PER_MESSAGE} + CASE WHEN role = 'tool' "
+        f"THEN {_capped('?')} ELSE {_capped('?')} END) OVER (ORDER BY version DESC) AS cost "
+        "FROM ctx_messages WHERE session_id = ? AND version <= (SELECT hv FROM h) "
+        f"ORDER BY version DESC) AS tail WHERE cost > ? LIMIT 1 OFFSET {MARGIN}) "
+        f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_ARTIFACT.format(column='event_id')}, "
+        f"NULL, NULL, NULL, NULL, NULL, NULL, {_text(header)}, NULL, NULL FROM h "
+        "UNION ALL "
+        + _ROWS.format(part=1)
+        + "AND (c.role = 'system' OR c.first_user = 1) UNION ALL SELECT * FROM ("
+        + _ROWS.format(part=2)
+        + "AND c.version >= coalesce((SELECT version FROM below), 0) "
+        f"ORDER BY c.version DESC LIMIT {TAIL_CAP}) AS tail ORDER BY 1, 2 DESC"
+    )
 
 
 def read_start(
@@ -80,8 +103,9 @@ def read_start(
     applied every event, read with one statement; the header and the first rows of the build as of
     there are left on ``conn`` for its reader. None when a catch-up may have work."""
     sid, names = session_id, list(watched)
-    caps = (policy.max_tool_tokens, policy.max_message_tokens)
-    rows = conn.alone(START, (sid, sid, *caps, sid, policy.budget, sid, names, names, *(sid,) * 9))
+    caps = (policy.max_tool_tokens,) * 2 + (policy.max_message_tokens,) * 2
+    params = (sid, sid, *caps, sid, policy.budget, sid, *names, *names, *(sid,) * 9)
+    rows = conn.alone(start_sql(len(names)), params)
     numbers = [int(n) if n else None for n in rows[0][16].split(",")]
     at, head_version, applied, known, gaps, pins, summaries, condensed, run, messages, tokens = numbers[:11]
     artifact, first, below = numbers[11:]
