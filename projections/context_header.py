@@ -2,7 +2,8 @@
 open run, the running totals at the head, the newest artifact, the first message that is not a
 system message) and whether the session has any of the rows most sessions never have (ranges that
 are not live, pins, summaries, condensed views). A build then reads only the tables that have rows
-for it: a typical warm build makes three or four statements in all."""
+for it: a typical warm build makes three or four statements in all. On a server, a warm build's one
+statement (context_start) reads the same answers, and leaves them here for the build's reader."""
 
 from __future__ import annotations
 

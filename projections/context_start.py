@@ -7,7 +7,9 @@ after that, in a snapshot of its own, agrees with it."""
 
 from __future__ import annotations
 
+import bisect
 import functools
+import operator
 from collections.abc import Sequence
 
 from turnlog.projections.context_header import Header, leave_ahead
@@ -15,6 +17,8 @@ from turnlog.projections.context_reader import ROW_COLUMNS, first_rows_reads
 from turnlog.projections.context_types import PER_MESSAGE, ContextPolicy
 from turnlog.store.dialect import Connection
 from turnlog.store.rows import PAYLOAD_JOIN
+
+_part = operator.itemgetter(0)
 
 TAIL_CAP = 2048
 """The most rows the statement reads of the tail (the walk back reads on from there if needs be)."""
@@ -124,8 +128,9 @@ def read_start(
             None if artifact is None else (artifact, str(rows[0][9])),
             first,
         )
-        retained = [row[1:] for row in rows if row[0] == 1]
-        tail = [row[1:] for row in rows if row[0] == 2]
+        split = bisect.bisect_left(rows, 2, lo=1, key=_part)  # the rows come in part order
+        retained = [row[1:] for row in rows[1:split]]
+        tail = [row[1:] for row in rows[split:]]
         # The whole history read (nothing below the tail): a chunk asked for one row more, which
         # says the walk back has nothing left to read.
         size = len(tail) + 1 if below is None and len(tail) < TAIL_CAP else len(tail)
