@@ -149,3 +149,24 @@ def test_appends_the_projections_have_not_applied_are_caught_up_first(pg_schema:
     finally:
         raw.close()
         store.close()
+
+
+def test_a_readings_first_statement_alone_is_prepared_and_begins_no_transaction(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(pg_schema)
+    try:
+        sent = sent_queries(monkeypatch)
+        with store.reading() as conn:
+            assert conn.alone("SELECT ? + 1", (41,)) == [(42,)]
+            assert conn.alone("SELECT ? + 1", (1,)) == [(2,)]
+            prepared = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+        assert [q.split(";")[0] for q in sent] == [
+            "SELECT %s + 1",
+            "SELECT %s + 1",
+            "BEGIN ISOLATION LEVEL REPEATABLE READ",  # with the statement after them
+            "ROLLBACK",
+        ]
+        assert any("+ 1" in row[0] for row in prepared)
+    finally:
+        store.close()
