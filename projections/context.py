@@ -13,6 +13,7 @@ from turnlog.projections.context_builder import ContextBuilder
 from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_fold import calibrated
 from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.context_start import read_start
 from turnlog.projections.context_types import (
     FILL_MIN,
     INTERRUPTED,
@@ -30,6 +31,7 @@ from turnlog.projections.context_types import (
 )
 from turnlog.projections.registry import materializer
 from turnlog.store import Store, StoreError
+from turnlog.store.dialect import Connection, dialect_of
 
 
 def build_context(
@@ -49,8 +51,8 @@ def build_context(
     if at is None and not policy.calibrate:
         # A warm build: one snapshot for the freshness check and the build's reads (on SQLite, one
         # statement says the projections are current and where the session's head is).
-        with store.reading():
-            current = materializer(store).current_head(session_id)
+        with store.reading() as conn:
+            current = _current_head(store, conn, session_id, policy)
             if current is not None and current[1] > 0:
                 built = _build(store, session_id, policy, *current, model)
         if current is not None and current[1] > 0:
@@ -78,6 +80,17 @@ def build_context(
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
+
+
+def _current_head(
+    store: Store, conn: Connection, session_id: str, policy: ContextPolicy
+) -> tuple[int, int] | None:
+    """(head position, head version) when the projections are current, else None. On a server the
+    same statement reads the build's first rows too (context_start): a warm build's one round trip."""
+    if not dialect_of(conn).remote:
+        return materializer(store).current_head(session_id)
+    watched = materializer(store).watched()
+    return None if watched is None else read_start(conn, session_id, watched, policy)
 
 
 def _build(
