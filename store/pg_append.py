@@ -1,16 +1,17 @@
 """Appending to a PostgreSQL store: the batch prepared and checked by the backend-neutral rules
-(store.append_rules), hash-chained (store.chain) and inserted in one transaction, durable at its
-commit (``synchronous_commit=on``); a retried batch returns what was stored.
+(store.append_rules), hash-chained (store.chain) and inserted in one transaction; it returns once the
+batch is durable (``synchronous_commit=on``); a retried batch returns what was stored.
 
 Writers of different sessions share no head (store.chain, v2): an append takes its session's
 advisory lock (writers of one session take turns; versions and the session's chain stay whole) and
-*tries* the placing lock, then the store's (the projections') lock. With the placing lock (no other
-writer is placing rows: the common case of one writer), it places its rows in the global order in
-its own transaction, after any committed rows still waiting, and with the store's lock too its
-projections advance in the same commit: one transaction, one commit. When another writer holds the
-placing lock, the rows are inserted unplaced, committed (side by side with the other writers'
-commits), then placed right after in a short transaction under the lock (store.pg_chain), and the
-projections catch up after it."""
+*tries* the placing lock (then the store's, the projections' lock, only for ``within_append`` hooks:
+``turnlog.open_store`` registers none, and applies the projections at the next read). With the
+placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
+the global order in its own transaction, after any committed rows still waiting: one transaction,
+one commit. When another writer holds the placing lock, or other writers were seen moving the order
+lately, the rows are inserted unplaced and committed side by side with the other writers', then
+placed right after with every other waiting row, without holding the placing lock through a flush
+(store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
