@@ -37,7 +37,7 @@ from turnlog.store.base import Expected, RecordedEvent
 from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, LinkedBatch, link_batch, now
 from turnlog.store.errors import InvalidEventError, StoreError, VersionConflictError
 from turnlog.store.pg_batch import StatementBatch
-from turnlog.store.pg_chain import FLUSH, place_durably, place_unplaced
+from turnlog.store.pg_chain import FLUSH, place_durably, place_unplaced, placed_rows, queue_placing
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
@@ -294,12 +294,14 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             if planned is not None:
                 insert, batch, within = planned
                 try:
+                    if batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
+                        return self._with_positions(
+                            session_id, batch, self._commit_placing(conn, insert, batch)
+                        )
                     alone = self._commit(conn, insert, batch, within, committing=not within)
                 except _Stale:
                     self._tips().missed(session_id)  # another writer appended: the long way
                 else:
-                    if batch.rows[-1][0] is None:  # inserted unplaced: placed now
-                        return self._placed(conn, session_id, batch)
                     self._tips().misses = 0
                     self._tips().remember(session_id, batch)
                     return list(batch.records) if alone else batch.records
@@ -351,13 +353,40 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _placed(self, conn: Connection, session_id: str, batch: LinkedBatch) -> list[RecordedEvent]:
         """A batch committed unplaced, placed now (with whatever else waits), durably."""
         try:
-            last, order, positions = place_durably(conn, self.place_key, [r.event_id for r in batch.records])
+            placed = place_durably(conn, self.place_key, [r.event_id for r in batch.records])
         except psycopg.Error as exc:
             self._tips().forget(session_id)
             raise translated(exc, self.where, _PLACING) from exc
+        return self._with_positions(session_id, batch, placed)
+
+    def _with_positions(
+        self, session_id: str, batch: LinkedBatch, placed: tuple[int, str, dict[str, int]]
+    ) -> list[RecordedEvent]:
+        last, order, positions = placed
         records = [replace(r, position=positions[r.event_id]) for r in batch.records]
         self._tips().placed(session_id, records[-1], (last, order))
         return records
+
+    def _commit_placing(
+        self, conn: Connection, insert: StatementBatch, batch: LinkedBatch
+    ) -> tuple[int, str, dict[str, int]]:
+        """Queue the unplaced inserts, COMMIT and the placing with its flush (store.pg_chain:
+        queue_placing) after what ``insert`` holds, and send them: one round trip. A failure before
+        the COMMIT stores nothing (_Stale, StoredEventId as in :meth:`_commit`); a lost connection
+        may have stored the batch, unplaced or placed (a retry finds it; the next append or verify
+        places what waits)."""
+        try:
+            insert.execute("SET LOCAL synchronous_commit = off")  # the placing's flush covers it
+            if batch.blobs:
+                insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
+            insert.executemany(_INSERT_EVENT, batch.rows)
+            insert.execute("COMMIT")
+            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records])
+            insert.send()
+            return placed_rows(placed.fetchall())
+        except BaseException as exc:
+            self._tips().forget(batch.records[0].session_id)
+            self._failed(conn, exc, committing=True)
 
     def _commit(
         self, conn: Connection, insert: StatementBatch, batch: LinkedBatch, within: bool, *, committing: bool

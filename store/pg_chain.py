@@ -31,7 +31,7 @@ from typing import Any
 
 from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.chain_migration import Update, V1Row
-from turnlog.store.pg_batch import StatementBatch
+from turnlog.store.pg_batch import Result, StatementBatch
 from turnlog.store.pg_schema import EVENT_TABLE, PLACE_FUNCTION
 from turnlog.store.rows import hash_in_lineage
 
@@ -51,7 +51,7 @@ def place_unplaced(
     placing lock for the caller's transaction, reads the waiting rows, chains and stamps them).
     Returns the last placed position and its order hash ((0, 64 zeros) on an empty log), and the
     positions of ``event_ids`` (those placed)."""
-    return _placed(conn.execute(_PLACE, (place_key, list(event_ids))).fetchall())
+    return placed_rows(conn.execute(_PLACE, (place_key, list(event_ids))).fetchall())
 
 
 def place_durably(
@@ -60,6 +60,14 @@ def place_durably(
     """:func:`place_unplaced` without holding the placing lock through a flush (see the module's
     doc), then the flush that makes the placing durable: one round trip, two transactions."""
     batch = StatementBatch(conn)
+    placed = queue_placing(batch, place_key, event_ids)
+    batch.send()
+    return placed_rows(placed.fetchall())
+
+
+def queue_placing(batch: StatementBatch, place_key: int, event_ids: Sequence[str]) -> Result:
+    """Queue :func:`place_durably`'s statements on ``batch`` (after a COMMIT, or first): the result
+    holds the rows :func:`placed_rows` reads."""
     batch.execute("BEGIN")
     batch.execute("SET LOCAL synchronous_commit = off")
     placed = batch.execute(_PLACE, (place_key, list(event_ids)))
@@ -67,11 +75,11 @@ def place_durably(
     batch.execute("BEGIN")
     batch.execute(FLUSH)
     batch.execute("COMMIT")
-    batch.send()
-    return _placed(placed.fetchall())
+    return placed
 
 
-def _placed(rows: list[tuple[Any, ...]]) -> tuple[int, str, dict[str, int]]:
+def placed_rows(rows: list[tuple[Any, ...]]) -> tuple[int, str, dict[str, int]]:
+    """The last placed position and its order hash, and the positions of the ids asked about."""
     positions: dict[str, int] = {}
     last, order = 0, GENESIS_HASH
     for event_id, position, order_hash in rows:
