@@ -233,6 +233,13 @@ class Materializer:
                 if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
                     self._memo = (appended[-1].position, memos)
 
+    def _remember(self, position: int, memos: dict[str, dict[Any, Any]]) -> None:
+        """A catch-up of this process's own appends committed: its memos describe the rows as of
+        ``position`` (the next one uses them when every checkpoint is still there)."""
+        if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
+            with self._memo_lock:
+                self._memo = (position, memos)
+
     def current_head(self, session_id: str) -> tuple[int, int] | None:
         """(the head position, ``session_id``'s version there) when every event is counted and
         applied, read with one statement in the caller's snapshot; None when a catch-up may have
@@ -317,21 +324,25 @@ class Materializer:
             if pending is not None and len(pending[0]) >= BATCH:
                 self.store.catch_up_tokens()  # a large backlog: in its own batches first
                 pending = None
+        # What the projections kept in memory of their rows at this process's last catch-up of its
+        # own appends (handed over: an apply changes them; kept again once this commit succeeds).
+        memos = self._take_memo(after) if after is not None else None
         if pending is None:
             with self.store.reading() as conn:
                 if dialect_of(conn).remote and hasattr(conn, "prefetch"):
                     # One round trip, its snapshot's end included (nothing else is read here).
                     conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
-                limit = counted_through(conn) if through is None else min(counted_through(conn), through)
-                stored = dict(conn.execute(_POSITIONS).fetchall())
-                checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
+                counted, kept = _watermark_and_checkpoints(conn)
+                limit = counted if through is None else min(counted, through)
+                checkpoints = [kept[p.name][0] if p.name in kept else 0 for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
                 with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
-                    limit = counted_through(conn)
+                    # Read inside the write lock: another process may have advanced them meanwhile.
+                    limit, kept = _watermark_and_checkpoints(conn)
                     if pending is not None:
                         if after is not None and limit < after:
                             # Older events still wait for their counts (a catch-up that did not run):
@@ -341,11 +352,7 @@ class Materializer:
                         write_token_counts(conn, *pending)
                         limit = max(limit, pending[1])
                         pending = None
-                    # Re-read inside the write lock: another process may have advanced them meanwhile.
-                    stored = dict(
-                        conn.execute("SELECT name, position FROM projection_checkpoints").fetchall()
-                    )
-                    starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
+                    starts = {p.name: kept[p.name][0] if p.name in kept else 0 for p in self.projections}
                     if through is not None:
                         limit = min(limit, through)
                     start = min(starts.values(), default=limit)
@@ -353,8 +360,18 @@ class Materializer:
                     if end <= start:
                         return start
                     wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
+                    remembering: dict[str, dict[Any, Any]] | None = None
                     if fresh and start == after and end == fresh[-1].position:
                         records = [r for r in fresh if wanted is None or r.type in wanted]
+                        if not dialect_of(conn).remote and all(
+                            # (No row yet: nothing applied, its tables just made.)
+                            kept.get(p.name, (0, p.version)) == (start, p.version)
+                            for p in self.projections
+                        ):
+                            # Every row as of ``start``, which the memos describe when they were
+                            # left at ``start`` (rows depend only on the events before: whoever
+                            # wrote them since, they are the same); else the applies fill new ones.
+                            remembering = memos or {p.name: {} for p in self.projections}
                     else:
                         records = records_between(conn, start, end, wanted)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
@@ -362,12 +379,20 @@ class Materializer:
                     # The collector paused: a batch's rows and records all live until it ends, and
                     # each collection would walk them again (about 5% of a rebuild's CPU).
                     with dialect_of(conn).pipeline(conn), gc_paused():
+                        moved = []
                         for projection in self.projections:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            projection.apply(conn, _records_for(records, projection.types, own, start))
-                            _set_checkpoint(conn, projection, end)
+                            taken = _records_for(records, projection.types, own, start)
+                            if remembering is not None:
+                                projection.apply_remembering(conn, taken, remembering[projection.name])
+                            else:
+                                projection.apply(conn, taken)
+                            moved.append(projection)
+                        _set_checkpoints(conn, moved, end, kept)
+                if remembering is not None:
+                    self._remember(end, remembering)
                 if progress is not None:
                     progress(end, limit)
                 if end >= limit:
@@ -517,6 +542,46 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
             return None
         wanted.update(types)
     return tuple(sorted(wanted))
+
+
+def _watermark_and_checkpoints(conn: Connection) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The token-count watermark (see :func:`counted_through`) and each stored checkpoint as
+    (position, version) by name: one statement on SQLite, where a turn's catch-up reads them."""
+    if dialect_of(conn).remote:
+        # As before on a server, where the reading check prefetches these two statements (no
+        # version read: the checkpoints are then written one by one, as before).
+        counted = counted_through(conn)
+        return counted, {str(n): (int(p), -1) for n, p in conn.execute(_POSITIONS).fetchall()}
+    rows = conn.execute(
+        "SELECT name, position, version FROM projection_checkpoints "
+        f"UNION ALL SELECT NULL, {counted_through_expr(conn)}, NULL"
+    ).fetchall()
+    counted = 0
+    kept: dict[str, tuple[int, int]] = {}
+    for name, position, version in rows:
+        if name is None:
+            counted = int(position)
+        else:
+            kept[str(name)] = (int(position), int(version))
+    return counted, kept
+
+
+def _set_checkpoints(
+    conn: Connection, projections: Sequence[Projection], position: int, kept: dict[str, tuple[int, int]]
+) -> None:
+    """Move the checkpoints of ``projections`` to ``position``: when each one's row exists at this
+    code's version (every catch-up but the first), one statement for all of them."""
+    if not projections:
+        return
+    if all(kept.get(p.name, (0, None))[1] == p.version for p in projections):
+        names = [p.name for p in projections]
+        conn.execute(
+            f"UPDATE projection_checkpoints SET position = ? WHERE name IN ({','.join('?' * len(names))})",
+            (position, *names),
+        )
+        return
+    for projection in projections:
+        _set_checkpoint(conn, projection, position)
 
 
 def _set_checkpoint(conn: Connection, projection: Projection, position: int) -> None:
