@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from turnlog.projections.checkpoints import POSITIONS as _POSITIONS
+from turnlog.projections.checkpoints import set_checkpoints, watermark_and_checkpoints
 from turnlog.projections.projection import Projection, copy_rows, fork_of, quiet_catch_up, quieted
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
@@ -50,7 +52,6 @@ CREATE TABLE {schema}.projection_checkpoints (
 )
 """
 
-_POSITIONS = "SELECT name, position FROM projection_checkpoints"
 
 Progress = Callable[[int, int], None]
 
@@ -332,7 +333,7 @@ class Materializer:
                 if dialect_of(conn).remote and hasattr(conn, "prefetch"):
                     # One round trip, its snapshot's end included (nothing else is read here).
                     conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
-                counted, kept = _watermark_and_checkpoints(conn)
+                counted, kept = watermark_and_checkpoints(conn)
                 limit = counted if through is None else min(counted, through)
                 checkpoints = [kept[p.name][0] if p.name in kept else 0 for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
@@ -342,7 +343,7 @@ class Materializer:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
                 with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     # Read inside the write lock: another process may have advanced them meanwhile.
-                    limit, kept = _watermark_and_checkpoints(conn)
+                    limit, kept = watermark_and_checkpoints(conn)
                     if pending is not None:
                         if after is not None and limit < after:
                             # Older events still wait for their counts (a catch-up that did not run):
@@ -390,7 +391,7 @@ class Materializer:
                             else:
                                 projection.apply(conn, taken)
                             moved.append(projection)
-                        _set_checkpoints(conn, moved, end, kept)
+                        set_checkpoints(conn, moved, end, kept)
                 if remembering is not None:
                     self._remember(end, remembering)
                 if progress is not None:
@@ -542,54 +543,6 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
             return None
         wanted.update(types)
     return tuple(sorted(wanted))
-
-
-def _watermark_and_checkpoints(conn: Connection) -> tuple[int, dict[str, tuple[int, int]]]:
-    """The token-count watermark (see :func:`counted_through`) and each stored checkpoint as
-    (position, version) by name: one statement on SQLite, where a turn's catch-up reads them."""
-    if dialect_of(conn).remote:
-        # As before on a server, where the reading check prefetches these two statements (no
-        # version read: the checkpoints are then written one by one, as before).
-        counted = counted_through(conn)
-        return counted, {str(n): (int(p), -1) for n, p in conn.execute(_POSITIONS).fetchall()}
-    rows = conn.execute(
-        "SELECT name, position, version FROM projection_checkpoints "
-        f"UNION ALL SELECT NULL, {counted_through_expr(conn)}, NULL"
-    ).fetchall()
-    counted = 0
-    kept: dict[str, tuple[int, int]] = {}
-    for name, position, version in rows:
-        if name is None:
-            counted = int(position)
-        else:
-            kept[str(name)] = (int(position), int(version))
-    return counted, kept
-
-
-def _set_checkpoints(
-    conn: Connection, projections: Sequence[Projection], position: int, kept: dict[str, tuple[int, int]]
-) -> None:
-    """Move the checkpoints of ``projections`` to ``position``: when each one's row exists at this
-    code's version (every catch-up but the first), one statement for all of them."""
-    if not projections:
-        return
-    if all(kept.get(p.name, (0, None))[1] == p.version for p in projections):
-        names = [p.name for p in projections]
-        conn.execute(
-            f"UPDATE projection_checkpoints SET position = ? WHERE name IN ({','.join('?' * len(names))})",
-            (position, *names),
-        )
-        return
-    for projection in projections:
-        _set_checkpoint(conn, projection, position)
-
-
-def _set_checkpoint(conn: Connection, projection: Projection, position: int) -> None:
-    conn.execute(
-        "INSERT INTO projection_checkpoints (name, version, position) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
-        (projection.name, projection.version, position),
-    )
 
 
 def _stored_checkpoint(conn: Connection, projection: Projection) -> int | None:
