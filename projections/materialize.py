@@ -225,6 +225,13 @@ class Materializer:
             kept, self._memo, self._memo_pending = self._memo, None, None
         return kept[1] if kept is not None and kept[0] == start else None
 
+    def _remember(self, position: int, memos: dict[str, dict[Any, Any]]) -> None:
+        """A catch-up of this process's own appends committed: its memos describe the rows as of
+        ``position`` (the next one uses them when every checkpoint is still there)."""
+        if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
+            with self._memo_lock:
+                self._memo = (position, memos)
+
     def _keep_memo(self, appended: Sequence[RecordedEvent]) -> None:
         """The append that applied ``appended`` committed: its memos describe the stored rows."""
         with self._memo_lock:
@@ -233,13 +240,6 @@ class Materializer:
                 memos = pending[1]
                 if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
                     self._memo = (appended[-1].position, memos)
-
-    def _remember(self, position: int, memos: dict[str, dict[Any, Any]]) -> None:
-        """A catch-up of this process's own appends committed: its memos describe the rows as of
-        ``position`` (the next one uses them when every checkpoint is still there)."""
-        if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
-            with self._memo_lock:
-                self._memo = (position, memos)
 
     def current_head(self, session_id: str) -> tuple[int, int] | None:
         """(the head position, ``session_id``'s version there) when every event is counted and
