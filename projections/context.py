@@ -9,6 +9,9 @@ build), context_capping (notices and the per-store cache); this module is the pu
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import Any
+
 from turnlog.projections.context_builder import ContextBuilder
 from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_fold import calibrated
@@ -30,6 +33,7 @@ from turnlog.projections.context_types import (
 )
 from turnlog.projections.registry import materializer
 from turnlog.store import Store, StoreError
+from turnlog.store.dialect import dialect_of
 
 
 def build_context(
@@ -49,10 +53,10 @@ def build_context(
     if at is None and not policy.calibrate:
         # A warm build: one snapshot for the freshness check and the build's reads (on SQLite, one
         # statement says the projections are current and where the session's head is).
-        with store.reading():
-            current = materializer(store).current_head(session_id)
+        with store.reading() as conn:
+            current = _current_head(store, conn, session_id)
             if current is not None and current[1] > 0:
-                built = _build(store, session_id, policy, *current, model)
+                built = _build(store, session_id, policy, *current, model, conn)
         if current is not None and current[1] > 0:
             if record:
                 store.append(session_id, [built.to_event(run_id=run_id, model=model)])
@@ -73,20 +77,50 @@ def build_context(
         policy = calibrated(store, session_id, policy, at, model)
     # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
     # a read (SQLite's nested readings share its transaction the same way).
-    with store.reading():
-        built = _build(store, session_id, policy, at, head_version, model)
+    with store.reading() as conn:
+        built = _build(store, session_id, policy, at, head_version, model, conn)
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
 
 
+_FRESH = "_turnlog_context_fresh"
+"""The store attribute that remembers the heads of the warm builds' freshness checks."""
+_FRESH_SESSIONS = 1024
+
+
+def _current_head(store: Store, conn: Any, session_id: str) -> tuple[int, int] | None:
+    """The materializer's current_head, remembered while the database says nothing has changed
+    since (SQLite: a one-step pragma instead of the check's statement): the same snapshot gives
+    the same answer, and only an answer that says the projections are current is kept."""
+    token = dialect_of(conn).unchanged_token(conn)
+    attributes = vars(store)
+    memo: tuple[Hashable, dict[str, tuple[int, int]]] | None = attributes.get(_FRESH)
+    if token is not None and memo is not None and memo[0] == token:
+        found = memo[1].get(session_id)
+        if found is not None:
+            return found
+    current = materializer(store).current_head(session_id)
+    if token is not None and current is not None:
+        if memo is None or memo[0] != token or len(memo[1]) >= _FRESH_SESSIONS:
+            memo = attributes[_FRESH] = (token, {})
+        memo[1][session_id] = current
+    return current
+
+
 def _build(
-    store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int, model: str | None
+    store: Store,
+    session_id: str,
+    policy: ContextPolicy,
+    at: int,
+    head_version: int,
+    model: str | None,
+    snapshot: Any,
 ) -> BuiltContext:
     if policy.cache_stable:
         # (Calibrated as of each call of the fold, when it is calibrated.)
         return build_stable(store, session_id, policy, at, head_version, model=model)
-    return ContextBuilder(store, session_id, policy, at, head_version).build()
+    return ContextBuilder(store, session_id, policy, at, head_version, snapshot=snapshot).build()
 
 
 def timeline(store: Store, session_id: str, policy: ContextPolicy) -> list[Block]:
