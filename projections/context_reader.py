@@ -25,7 +25,6 @@ class Row:
     """A light ctx_messages row."""
 
     version: int
-    position: int
     role: str
     first_user: bool
     has_name: bool
@@ -52,11 +51,16 @@ class SummaryRow:
     tokens: int
 
 
-LIGHT_COLUMNS = (
+ROW_COLUMNS = (
     "c.version, c.position, c.role, c.first_user, c.has_name, c.n_calls, c.call_version, c.tokens, "
-    "c.event_id, c.length, c.whole, c.cum_messages, c.cum_tokens"
+    f"c.event_id, c.length, c.whole, c.cum_messages, c.cum_tokens, {PAYLOAD_COLUMNS}"
 )
-ROW_COLUMNS = f"{LIGHT_COLUMNS}, {PAYLOAD_COLUMNS}"
+LIGHT_COLUMNS = (
+    "c.version, c.role, c.first_user + 2 * c.has_name + 4 * c.whole + 8 * c.n_calls, c.call_version, "
+    "c.tokens, c.event_id, c.length, c.cum_messages, c.cum_tokens"
+)
+"""The columns of a row read without its payload, the flags and the count of calls in one: each
+column a row has costs the driver a release and a take of the interpreter's lock."""
 # Each row with its event's payload, and the content blob of a text read with the row: the index
 # keeps no copy of the log's texts.
 _JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
@@ -119,9 +123,12 @@ class ContextReader:
         head_version: int,
         *,
         snapshot: Any = None,
+        header: Header | None = None,
     ) -> None:
         """``snapshot``: the connection of a reading the caller holds open for the whole build
-        (``store.reading()``), read through directly instead of entering a nested reading per read."""
+        (``store.reading()``), read through directly instead of entering a nested reading per read.
+        ``header``: what an earlier build's first statement said of this session as of ``at``, in
+        a database that has not changed since (on SQLite; read again when not given)."""
         self.store = store
         self._held: contextlib.AbstractContextManager[Any] | None = (
             None if snapshot is None else contextlib.nullcontext(snapshot)
@@ -148,7 +155,9 @@ class ContextReader:
                 if hasattr(conn, "prefetch"):
                     conn.prefetch(self._first_reads())
             else:
-                self.header = read_header(conn, session_id, at, head_version)
+                if header is None or header.at != at:
+                    header = read_header(conn, session_id, at, head_version)
+                self.header = header
                 messages, tokens = self.header.cumulative
                 self._cums[head_version + 1] = (messages, tokens)
             if self.header is not None and not self.header.gaps:
@@ -194,12 +203,32 @@ class ContextReader:
             found = conn.execute(_rows_sql(where, hint, light=light), (self.sid, *params)).fetchall()
             cums = self._cums
             rows = []
-            for v, p, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
-                # The running totals below this row, as _raw_cumulative would read them.
-                cums[v] = (cm - 1, ct - t)
-                if not self.dead or not is_dead(self.dead, v):
-                    row = Row(v, p, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload))
-                    rows.append(row)
+            if light:
+                for v, r, flags, cv, t, e, length, cm, ct in found:
+                    # The running totals below this row, as _raw_cumulative would read them.
+                    cums[v] = (cm - 1, ct - t)
+                    if not self.dead or not is_dead(self.dead, v):
+                        rows.append(
+                            Row(
+                                v,
+                                r,
+                                flags & 1 != 0,
+                                flags & 2 != 0,
+                                flags >> 3,
+                                cv,
+                                t,
+                                e,
+                                length,
+                                flags & 4 != 0,
+                                (),
+                            )
+                        )
+            else:
+                for v, _, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
+                    cums[v] = (cm - 1, ct - t)
+                    if not self.dead or not is_dead(self.dead, v):
+                        row = Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload))
+                        rows.append(row)
             if light and rows:
                 self._remembered(rows)
         return rows
