@@ -151,7 +151,10 @@ class ContextReader:
         """On SQLite: what the build's first statement said of the session as of ``at``."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
         with self.reading() as conn:
-            if dialect_of(conn).remote:
+            self.dialect = dialect_of(conn)
+            """The store's dialect (one look-up a build: on SQLite it costs a failed attribute
+            look-up each time)."""
+            if self.dialect.remote:
                 if hasattr(conn, "prefetch"):
                     conn.prefetch(self._first_reads())
             else:
@@ -195,7 +198,7 @@ class ContextReader:
 
     def _rows(self, where: str, params: Sequence[Any], *, index: str | None = None) -> list[Row]:
         with self.reading() as conn:
-            dialect = dialect_of(conn)
+            dialect = self.dialect
             hint = dialect.hint(index) if index else ""
             # On a server the payloads come with the rows (a round trip saved); in process, the
             # rows alone, then the payloads of the rows whose items are not remembered.
@@ -420,7 +423,7 @@ class ContextReader:
         if known is not None and not known.summaries:
             return []
         with self.reading() as conn:
-            hint = dialect_of(conn).hint("ctx_summaries_active")
+            hint = self.dialect.hint("ctx_summaries_active")
             found = [
                 SummaryRow(*row)
                 for row in conn.execute(
