@@ -18,6 +18,7 @@ from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_fold import calibrated
 from turnlog.projections.context_header import Header
 from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.context_start import read_start
 from turnlog.projections.context_types import (
     FILL_MIN,
     INTERRUPTED,
@@ -35,7 +36,7 @@ from turnlog.projections.context_types import (
 )
 from turnlog.projections.registry import materializer
 from turnlog.store import Store, StoreError
-from turnlog.store.dialect import dialect_of
+from turnlog.store.dialect import Connection, dialect_of
 
 
 def build_context(
@@ -57,7 +58,7 @@ def build_context(
         # statement says the projections are current and where the session's head is; none
         # while the database has not changed since the last build of the session).
         with store.reading() as conn:
-            current, fresh = _current_head(store, conn, session_id)
+            current, fresh = _current_head(store, conn, session_id, policy)
             if current is not None and current[1] > 0:
                 built = _build(store, session_id, policy, *current, model, conn, fresh)
         if current is not None and current[1] > 0:
@@ -101,12 +102,20 @@ class _Fresh:
     header: Header | None = None
 
 
-def _current_head(store: Store, conn: Any, session_id: str) -> tuple[tuple[int, int] | None, _Fresh | None]:
-    """The materializer's current_head, remembered (with the header a build read as of it) while
-    the database says nothing has changed since (SQLite: a one-step pragma instead of the check's
-    statement): the same database gives the same answers. Only an answer that says the
+def _current_head(
+    store: Store, conn: Connection, session_id: str, policy: ContextPolicy
+) -> tuple[tuple[int, int] | None, _Fresh | None]:
+    """(head position, head version) when the projections are current, else None. On a server the
+    same statement reads the build's first rows too (context_start): a warm build's one round trip.
+    In process, the materializer's current_head, remembered (with the header a build read as of
+    it) while the database says nothing has changed since (a one-step pragma instead of the
+    check's statement): the same database gives the same answers. Only an answer that says the
     projections are current is kept; None as the second value: nothing is kept."""
-    token = dialect_of(conn).unchanged_token(conn)
+    dialect = dialect_of(conn)
+    if dialect.remote:
+        watched = materializer(store).watched()
+        return (None if watched is None else read_start(conn, session_id, watched, policy)), None
+    token = dialect.unchanged_token(conn)
     attributes = vars(store)
     memo: tuple[Hashable, dict[str, _Fresh]] | None = attributes.get(_FRESH)
     if token is not None and memo is not None and memo[0] == token:

@@ -2,7 +2,8 @@
 open run, the running totals at the head, the newest artifact, the first message that is not a
 system message) and whether the session has any of the rows most sessions never have (ranges that
 are not live, pins, summaries, condensed views). A build then reads only the tables that have rows
-for it: a typical warm build makes three or four statements in all."""
+for it: a typical warm build makes three or four statements in all. On a server, a warm build's one
+statement (context_start) reads the same answers, and leaves them here for the build's reader."""
 
 from __future__ import annotations
 
@@ -70,3 +71,21 @@ def read_header(conn: Connection, session_id: str, at: int, head_version: int) -
         None if position is None else (int(position), str(event_id)),
         None if first is None else int(first),
     )
+
+
+# -- on a server: the header read ahead, with the build's freshness check (context_start) ----------
+
+
+def leave_ahead(
+    conn: Connection, session_id: str, at: int, head_version: int, header: Header, chunk: int
+) -> None:
+    """Leave the header of a build as of (``at``, ``head_version``) on the reading's connection for
+    the build's reader, with the size of the first chunk of its walk back (read with it)."""
+    conn.ahead[("context_header", session_id, at, head_version)] = (header, chunk)
+
+
+def take_ahead(conn: Connection, session_id: str, at: int, head_version: int) -> tuple[Header, int] | None:
+    """The header (and first chunk size) :func:`leave_ahead` left for a build as of this position, if
+    any: taken, so a later build reads its own."""
+    ahead: dict[object, tuple[Header, int]] | None = getattr(conn, "ahead", None)
+    return None if ahead is None else ahead.pop(("context_header", session_id, at, head_version), None)

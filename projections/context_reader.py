@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnlog.projections.context_header import Header, read_header
+from turnlog.projections.context_header import Header, read_header, take_ahead
 from turnlog.projections.context_rows import Item, item_of, item_of_event
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
@@ -111,6 +111,15 @@ def _rows_sql(where: str, hint: str, *, light: bool = False) -> str:
     return f"SELECT {ROW_COLUMNS} FROM ctx_messages c {hint} {_JOIN} WHERE c.session_id = ? {where}"
 
 
+def first_rows_reads(session_id: str, head_version: int, size: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The reads of rows a build makes first, as a build on a server sends them: the retained rows,
+    and the walk back's first chunk of ``size`` rows (context_start reads their answers ahead)."""
+    return [
+        (_rows_sql(_RETAINED, ""), (session_id, head_version)),
+        (_rows_sql(_CHUNK, ""), (session_id, head_version, 1, size)),
+    ]
+
+
 class ContextReader:
     """Reads for one build of one session as of one position."""
 
@@ -148,21 +157,35 @@ class ContextReader:
         self._cums: dict[int, tuple[int, int]] = {}
         """Running totals below a version (``_raw_cumulative``), known from the rows read."""
         self.header: Header | None = None
-        """On SQLite: what the build's first statement said of the session as of ``at``."""
+        """What the build's first statement said of the session as of ``at`` (on a server: when
+        a warm build read it ahead)."""
+        self.first_chunk = 0
+        """On a server: the rows of the walk's first chunk, read ahead with the header (0: none)."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
         with self.reading() as conn:
             self.dialect = dialect_of(conn)
             """The store's dialect (one look-up a build: on SQLite it costs a failed attribute
             look-up each time)."""
             if self.dialect.remote:
-                if hasattr(conn, "prefetch"):
+                # A warm build's first statement read the header and the first rows (context_start).
+                ahead = take_ahead(conn, session_id, at, head_version)
+                if ahead is not None:
+                    self.header, self.first_chunk = ahead
+                    # The reads the header says this session needs, together (one round trip).
+                    dead, _, pins, _, _, summaries, _, _ = self._first_reads()
+                    known = self.header
+                    needed = ((dead, known.gaps), (pins, known.pins), (summaries, known.summaries))
+                    wanted = [read for read, asked in needed if asked]
+                    if wanted:
+                        conn.prefetch(wanted)
+                elif hasattr(conn, "prefetch"):
                     conn.prefetch(self._first_reads())
             else:
                 if header is None or header.at != at:
                     header = read_header(conn, session_id, at, head_version)
                 self.header = header
-                messages, tokens = self.header.cumulative
-                self._cums[head_version + 1] = (messages, tokens)
+            if self.header is not None:
+                self._cums[head_version + 1] = self.header.cumulative
             if self.header is not None and not self.header.gaps:
                 self.dead = []
             else:
@@ -394,6 +417,8 @@ class ContextReader:
             # room for the outputs capped below their stored counts.
             # (None left — pinned rows over the budget — still reads a first chunk: never 0 rows.)
             size = min(2 * max(self.expected_rows, 0) + 8, 512)
+        if self.first_chunk:
+            size = self.first_chunk  # as read ahead (the rows the budget can take at their stored counts)
         while upper >= 1:
             d = bisect.bisect_right(dead_starts, upper) - 1
             if d >= 0 and self.dead[d][1] >= upper:

@@ -233,13 +233,21 @@ class Materializer:
                 if all(len(memo) <= MEMO_KEYS for memo in memos.values()):
                     self._memo = (appended[-1].position, memos)
 
+    def watched(self) -> list[str] | None:
+        """The projections :meth:`current_head` checks; None when it answers None without a read
+        (this process has not prepared their tables yet, or the store is read-only). For a read that
+        makes the check with others in one statement (projections.context_start)."""
+        if not self._ready or self.store.readonly:
+            return None
+        return [p.name for p in self.projections]
+
     def current_head(self, session_id: str) -> tuple[int, int] | None:
         """(the head position, ``session_id``'s version there) when every event is counted and
         applied, read with one statement in the caller's snapshot; None when a catch-up may have
         work (or this process has not prepared the tables yet): then call :meth:`catch_up`."""
-        if not self._ready or self.store.readonly:
+        names = self.watched()
+        if names is None:
             return None
-        names = [p.name for p in self.projections]
         with self.store.reading() as conn:
             if self._current_sql is None:
                 self._current_sql = (

@@ -1,16 +1,17 @@
 """Appending to a PostgreSQL store: the batch prepared and checked by the backend-neutral rules
-(store.append_rules), hash-chained (store.chain) and inserted in one transaction, durable at its
-commit (``synchronous_commit=on``); a retried batch returns what was stored.
+(store.append_rules), hash-chained (store.chain) and inserted in one transaction; it returns once the
+batch is durable (``synchronous_commit=on``); a retried batch returns what was stored.
 
 Writers of different sessions share no head (store.chain, v2): an append takes its session's
 advisory lock (writers of one session take turns; versions and the session's chain stay whole) and
-*tries* the placing lock, then the store's (the projections') lock. With the placing lock (no other
-writer is placing rows: the common case of one writer), it places its rows in the global order in
-its own transaction, after any committed rows still waiting, and with the store's lock too its
-projections advance in the same commit: one transaction, one commit. When another writer holds the
-placing lock, the rows are inserted unplaced, committed (side by side with the other writers'
-commits), then placed right after in a short transaction under the lock (store.pg_chain), and the
-projections catch up after it."""
+*tries* the placing lock (then the store's, the projections' lock, only for ``within_append`` hooks:
+``turnlog.open_store`` registers none, and applies the projections at the next read). With the
+placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
+the global order in its own transaction, after any committed rows still waiting: one transaction,
+one commit. When another writer holds the placing lock, or other writers were seen moving the order
+lately, the rows are inserted unplaced and committed side by side with the other writers', then
+placed right after with every other waiting row, without holding the placing lock through a flush
+(store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from turnlog.store.base import Expected, RecordedEvent
 from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, Heads, LinkedBatch, link_batch, now
 from turnlog.store.errors import InvalidEventError, StoreError, VersionConflictError
 from turnlog.store.pg_batch import StatementBatch
-from turnlog.store.pg_chain import place_unplaced
+from turnlog.store.pg_chain import FLUSH, place_durably, place_unplaced, placed_rows, queue_placing
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
@@ -55,20 +56,32 @@ _HEADS = (
 _INSERT_BLOB = "INSERT INTO blobs (id, size, codec, data) VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING"
 _INSERT_EVENT = f"INSERT INTO {EVENT_TABLE} ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
 _SESSION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-# 0: another writer is placing rows; 1: this one may place; 2: and advance the projections too.
-_TRY_LOCKS = (
-    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s) "
-    "THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END ELSE 0 END"
-)
+
+
+def _try_locks(wanted: int) -> str:
+    """The locks tried after the session's, up to ``wanted`` (0: none; 1: the placing lock; 2: and
+    the store's, for the projections' rows in the append's transaction): the level taken, 0 when
+    another writer is placing rows (then this one does not place in its transaction)."""
+    if wanted == 0:
+        return "0"
+    if wanted == 1:
+        return "CASE WHEN pg_try_advisory_xact_lock(%s) THEN 1 ELSE 0 END"
+    return (
+        "CASE WHEN pg_try_advisory_xact_lock(%s) "
+        "THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END ELSE 0 END"
+    )
+
+
+_TRY_LOCKS = {wanted: f"SELECT {_try_locks(wanted)}" for wanted in (0, 1, 2)}
 # The first round trip's question: the session's head (every row, placed or not: versions only
 # grow), then -2 when it is past the expected version (a conflict, found without any lock), -1 when
 # another writer of the session holds its lock (not waited for here), else the locks as above.
-_TRY_ALL_LOCKS = (
-    "SELECT h.v, CASE WHEN coalesce(h.v, 0) > %s THEN -2 "
-    "WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN CASE WHEN "
-    "pg_try_advisory_xact_lock(%s) THEN CASE WHEN pg_try_advisory_xact_lock(%s) THEN 2 ELSE 1 END "
-    f"ELSE 0 END ELSE -1 END FROM (SELECT max(version) AS v FROM {EVENT_TABLE} WHERE session_id = %s) AS h"
-)
+_TRY_ALL_LOCKS = {
+    wanted: "SELECT h.v, CASE WHEN coalesce(h.v, 0) > %s THEN -2 "
+    f"WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN {_try_locks(wanted)} ELSE -1 END "
+    f"FROM (SELECT max(version) AS v FROM {EVENT_TABLE} WHERE session_id = %s) AS h"
+    for wanted in (0, 1, 2)
+}
 # The one-round-trip append's checks (store.pg_append.PgAppendingStore._planned): each fails, ending
 # the batch, unless the locks were free (the session's, the placing one, with projections the
 # store's) and, read after them, the heads are the ones the batch was linked to, with no row
@@ -82,6 +95,16 @@ _FAST_LOCKS = (
 _FAST_LOCKS_ALL = (
     "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
     f"AND pg_try_advisory_xact_lock(%s) THEN 0 ELSE {_FAST_FAIL} END"
+)
+# The same for a batch inserted unplaced (other writers keep moving the order): the session's lock
+# and head only; the placing follows the commit (store.pg_chain.place_durably).
+_FAST_SESSION_LOCK = (
+    f"SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN 0 ELSE {_FAST_FAIL} END"
+)
+_FAST_SESSION_HEAD = (
+    "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
+    f"{EVENT_TABLE} WHERE session_id = %s ORDER BY version DESC LIMIT 1) AS s "
+    f"WHERE s.version = %s AND s.hash = %s) THEN 0 ELSE {_FAST_FAIL} END"
 )
 _FAST_HEADS = (
     "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
@@ -178,6 +201,14 @@ class _Tips:
         self.sessions[session_id] = (int(last[2]), str(last[11]))
         self.order = None if last[0] is None else (int(last[0]), str(last[13]))
 
+    def placed(self, session_id: str, last: RecordedEvent, order: tuple[int, str]) -> None:
+        """An append placed after its commit: its session's head, and the order's as its placing
+        left it (a guess, as every tip: the next try finds whether another writer moved it)."""
+        if len(self.sessions) >= self.LIMIT:
+            self.sessions.clear()
+        self.sessions[session_id] = (last.version, last.hash)
+        self.order = order if order[0] else None
+
     def forget(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.order = None
@@ -263,6 +294,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             if planned is not None:
                 insert, batch, within = planned
                 try:
+                    if batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
+                        return self._with_positions(
+                            session_id, batch, self._commit_placing(conn, insert, batch)
+                        )
                     alone = self._commit(conn, insert, batch, within, committing=not within)
                 except _Stale:
                     self._tips().missed(session_id)  # another writer appended: the long way
@@ -276,7 +311,11 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 # head: versions only grow, so a head already past the expected one is a conflict
                 # whatever happens next, found without waiting behind the other writers).
                 expected = expected_version if isinstance(expected_version, int) else None
-                locks, heads_row = self._begin(conn, session_id, expected)
+                # Where other writers were seen moving the order, the rows go in unplaced and are
+                # placed after the commit, with the others' (store.pg_chain.place_durably): a writer
+                # placing in its own transaction would hold the placing lock through its flush.
+                wanted = 0 if self._tips().misses else 2 if self.has_within_hooks() else 1
+                locks, heads_row = self._begin(conn, session_id, expected, wanted)
                 placing = locks >= 1
                 head, prev_hash, position, order, waiting = heads_row or (None, None, None, None, False)
                 head = int(head or 0)
@@ -309,13 +348,45 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                 # Records that are not the list the hooks were given tell the catch-up after the
                 # commit that their rows did not commit (projections.materialize: it redoes them).
                 return list(batch.records) if alone else batch.records
+            return self._placed(conn, session_id, batch)
+
+    def _placed(self, conn: Connection, session_id: str, batch: LinkedBatch) -> list[RecordedEvent]:
+        """A batch committed unplaced, placed now (with whatever else waits), durably."""
+        try:
+            placed = place_durably(conn, self.place_key, [r.event_id for r in batch.records])
+        except psycopg.Error as exc:
             self._tips().forget(session_id)
-            # Committed, not placed yet: place it now (and whatever else waits).
-            try:
-                _, positions = self._place(conn, [r.event_id for r in batch.records])
-            except psycopg.Error as exc:
-                raise translated(exc, self.where, _PLACING) from exc
-        return [replace(r, position=positions[r.event_id]) for r in batch.records]
+            raise translated(exc, self.where, _PLACING) from exc
+        return self._with_positions(session_id, batch, placed)
+
+    def _with_positions(
+        self, session_id: str, batch: LinkedBatch, placed: tuple[int, str, dict[str, int]]
+    ) -> list[RecordedEvent]:
+        last, order, positions = placed
+        records = [replace(r, position=positions[r.event_id]) for r in batch.records]
+        self._tips().placed(session_id, records[-1], (last, order))
+        return records
+
+    def _commit_placing(
+        self, conn: Connection, insert: StatementBatch, batch: LinkedBatch
+    ) -> tuple[int, str, dict[str, int]]:
+        """Queue the unplaced inserts, COMMIT and the placing with its flush (store.pg_chain:
+        queue_placing) after what ``insert`` holds, and send them: one round trip. A failure before
+        the COMMIT stores nothing (_Stale, StoredEventId as in :meth:`_commit`); a lost connection
+        may have stored the batch, unplaced or placed (a retry finds it; the next append or verify
+        places what waits)."""
+        try:
+            insert.execute("SET LOCAL synchronous_commit = off")  # the placing's flush covers it
+            if batch.blobs:
+                insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
+            insert.executemany(_INSERT_EVENT, batch.rows)
+            insert.execute("COMMIT")
+            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records])
+            insert.send()
+            return placed_rows(placed.fetchall())
+        except BaseException as exc:
+            self._tips().forget(batch.records[0].session_id)
+            self._failed(conn, exc, committing=True)
 
     def _commit(
         self, conn: Connection, insert: StatementBatch, batch: LinkedBatch, within: bool, *, committing: bool
@@ -326,6 +397,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         of a failure (StoredEventId for an event id already stored; _Stale when a one-round-trip
         append found the heads moved)."""
         try:
+            if batch.rows[-1][0] is None:
+                # Unplaced rows are seen by no reader, and the placing's flush (store.pg_chain:
+                # place_durably, before the append returns) makes them durable with it: one flush.
+                insert.execute("SET LOCAL synchronous_commit = off")
             if batch.blobs:
                 insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
             insert.executemany(_INSERT_EVENT, batch.rows)
@@ -398,19 +473,25 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         checks need nothing read: BEGIN, the locks tried and the heads compared by the server (a
         statement that fails unless all the locks were free and the heads are those: then the
         append takes the long way), then the inserts, the projections' rows and COMMIT, queued
-        together. None when it cannot be tried."""
+        together. Where other writers keep moving the order (the last tries missed), the rows are
+        inserted unplaced, checked against the session's head only, and placed after the commit.
+        None when it cannot be tried."""
         tips = self._tips()
         session, order = tips.sessions.get(session_id), tips.order
-        if session is None or order is None or not tips.ready():
+        if session is None:
             return None
-        (head, prev_hash), (position, order_hash) = session, order
+        head, prev_hash = session
+        placing = order is not None and tips.ready()
+        if not placing and not tips.misses:
+            return None  # the order is not known, and nothing says other writers move it
+        position, order_hash = order if placing and order is not None else (None, GENESIS_HASH)
         try:
             check_expected_head(session_id, expected_version, head)
             with gc_paused():
                 check_semantics(_NoReads(self._lineages), session_id, head, prepared, new_session=False)
         except (_NeedsRead, StoreError):
             return None  # the long way reads what it needs, and raises what is wrong
-        within = self.has_within_hooks()
+        within = placing and self.has_within_hooks()
         with gc_paused():
             batch = link_batch(
                 session_id,
@@ -422,6 +503,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             )
         insert = StatementBatch(conn)
         insert.execute("BEGIN")
+        if not placing:
+            insert.execute(_FAST_SESSION_LOCK, (self.session_lock_space, session_id))
+            insert.execute(_FAST_SESSION_HEAD, (session_id, head, prev_hash))
+            return insert, batch, False
         if within:
             insert.execute(
                 _FAST_LOCKS_ALL, (self.session_lock_space, session_id, self.place_key, self.lock_key)
@@ -432,18 +517,19 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         return insert, batch, within
 
     def _begin(
-        self, conn: Connection, session_id: str, expected: int | None
+        self, conn: Connection, session_id: str, expected: int | None, wanted: int
     ) -> tuple[int, tuple[Any, ...] | None]:
         """BEGIN, the locks and the heads: which locks were taken (0: the session's only; 1: and
-        the placing lock; 2: and the store's) and the heads, read after the locks (so up to date).
+        the placing lock; 2: and the store's; none past ``wanted`` is tried) and the heads, read
+        after the locks (so up to date).
         One round trip, unless another writer of the session holds its lock: then a second one
         queues for it. A head already past ``expected`` is a conflict found before any lock is
         taken or waited for (VersionConflictError)."""
+        keys = (self.place_key, self.lock_key)[:wanted]
         first = StatementBatch(conn)
         first.execute("BEGIN")
         tried = first.execute(
-            _TRY_ALL_LOCKS,
-            (expected, self.session_lock_space, session_id, self.place_key, self.lock_key, session_id),
+            _TRY_ALL_LOCKS[wanted], (expected, self.session_lock_space, session_id, *keys, session_id)
         )
         heads = first.execute(_HEADS, (session_id,))
         first.send()
@@ -457,17 +543,15 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         # (nothing is held yet), then try the others and read the heads again.
         second = StatementBatch(conn)
         second.execute(_SESSION_LOCK, (self.session_lock_space, session_id))
-        tried = second.execute(_TRY_LOCKS, (self.place_key, self.lock_key))
+        tried = second.execute(_TRY_LOCKS[wanted], keys)
         heads = second.execute(_HEADS, (session_id,))
         second.send()
         return int((tried.fetchone() or (0,))[0]), heads.fetchone()
 
     def _place(self, conn: Connection, event_ids: list[str]) -> tuple[int, dict[str, int]]:
-        """Place the committed unplaced rows under the placing lock; returns the last position
-        placed (0 for none) and the positions of ``event_ids``."""
-        # One statement in its own (implicit) transaction: one round trip, and one commit that
-        # writes nothing when another writer placed these rows already.
-        last, _, positions = place_unplaced(conn, self.place_key, event_ids)
+        """Place the committed unplaced rows under the placing lock, durably (store.pg_chain);
+        returns the last position placed (0 for none) and the positions of ``event_ids``."""
+        last, _, positions = place_durably(conn, self.place_key, event_ids)
         return last, positions
 
     def place_waiting(self) -> int:
@@ -499,5 +583,8 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             return None
         if any(row[5] for row in found.values()):  # stored, but its writer stopped before placing it
             self._place(conn, [])
+        else:
+            # Placed, maybe by a placing not flushed yet (store.pg_chain): durable before it is returned.
+            conn.execute(f"BEGIN; {FLUSH}; COMMIT")
         by_id = {r.event_id: r for r in select_records(conn, "WHERE e.event_id = ANY(%s)", (ids,))}
         return [by_id[event_id] for event_id in ids]

@@ -9,7 +9,20 @@ before. Placing happens only under the lock, and a placing commits with the lock
 placed rows are always a gapless prefix 1..N; the view ``events`` shows just those, and a reader never
 sees a hole it could pass and not revisit (the sequence-gap bug of event stores that number rows at
 insert). Rows of one session are inserted in version order (the session's own lock), so they are
-placed in version order too."""
+placed in version order too.
+
+**Placing without a flush under the lock.** A placing commit that waited for its WAL flush would
+hold the lock through it (PostgreSQL releases a transaction's locks after its commit's flush), and
+every other writer's placing would queue behind one flush after another. So a writer places after
+its commit (:func:`place_durably`) with ``synchronous_commit = off`` — the lock is held for the
+placing's CPU time only, and whoever holds it places every writer's waiting rows — and then waits
+for a flush outside the lock, in a transaction of its own that writes one WAL record (a logical
+decoding message, read by nobody unless logical decoding runs; then its prefix ``turnlog`` says
+whose it is): the flush covers everything logged before it, so the placing is durable before the
+append returns, and the writers' flushes share the disk's (PostgreSQL's group commit). A reader
+may see a placing for the few milliseconds before its flush; if the server crashes in them, the
+rows (durable since their own commit) are placed again at the next append or verify, and what a
+reader wrote from them in the database (a checkpoint, an event) is later in the WAL, so lost too."""
 
 from __future__ import annotations
 
@@ -18,12 +31,17 @@ from typing import Any
 
 from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.chain_migration import Update, V1Row
+from turnlog.store.pg_batch import Result, StatementBatch
 from turnlog.store.pg_schema import EVENT_TABLE, PLACE_FUNCTION
 from turnlog.store.rows import hash_in_lineage
 
 Connection = Any  # psycopg.Connection[tuple[Any, ...]]
 
 _PLACE = f"SELECT placed_id, placed_position, placed_order FROM {PLACE_FUNCTION}(%s, %s)"
+FLUSH = "SELECT pg_logical_emit_message(true, 'turnlog', 'placed')"
+"""A statement that writes one WAL record in its transaction: committed with ``synchronous_commit``
+on, it waits for the flush of everything logged before it (a transaction that writes no WAL, even
+with an xid, commits without a flush)."""
 
 
 def place_unplaced(
@@ -33,9 +51,38 @@ def place_unplaced(
     placing lock for the caller's transaction, reads the waiting rows, chains and stamps them).
     Returns the last placed position and its order hash ((0, 64 zeros) on an empty log), and the
     positions of ``event_ids`` (those placed)."""
+    return placed_rows(conn.execute(_PLACE, (place_key, list(event_ids))).fetchall())
+
+
+def place_durably(
+    conn: Connection, place_key: int, event_ids: Sequence[str] = ()
+) -> tuple[int, str, dict[str, int]]:
+    """:func:`place_unplaced` without holding the placing lock through a flush (see the module's
+    doc), then the flush that makes the placing durable: one round trip, two transactions."""
+    batch = StatementBatch(conn)
+    placed = queue_placing(batch, place_key, event_ids)
+    batch.send()
+    return placed_rows(placed.fetchall())
+
+
+def queue_placing(batch: StatementBatch, place_key: int, event_ids: Sequence[str]) -> Result:
+    """Queue :func:`place_durably`'s statements on ``batch`` (after a COMMIT, or first): the result
+    holds the rows :func:`placed_rows` reads."""
+    batch.execute("BEGIN")
+    batch.execute("SET LOCAL synchronous_commit = off")
+    placed = batch.execute(_PLACE, (place_key, list(event_ids)))
+    batch.execute("COMMIT")
+    batch.execute("BEGIN")
+    batch.execute(FLUSH)
+    batch.execute("COMMIT")
+    return placed
+
+
+def placed_rows(rows: list[tuple[Any, ...]]) -> tuple[int, str, dict[str, int]]:
+    """The last placed position and its order hash, and the positions of the ids asked about."""
     positions: dict[str, int] = {}
     last, order = 0, GENESIS_HASH
-    for event_id, position, order_hash in conn.execute(_PLACE, (place_key, list(event_ids))).fetchall():
+    for event_id, position, order_hash in rows:
         if event_id is None:
             last, order = int(position), str(order_hash)
         elif position is not None:

@@ -81,6 +81,9 @@ class QmarkConnection:
         """Readings inside the one that made this connection (store.pg_storage): while there are
         any, :meth:`prefetch` never ends the transaction."""
         self._prefetched: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        self.ahead: dict[Any, Any] = {}
+        """What a read of this reading learnt for a later one (keys are the reader's own): a read
+        that answers several in one statement leaves them here (projections.context_header)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         if self._prefetched:
@@ -126,6 +129,23 @@ class QmarkConnection:
             self._prefetched[(sql, params)] = result.fetchall()
         if ending:
             self._begin = self._begin_text
+
+    def alone(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """The rows of one statement, prepared on the server (parsed and planned once a connection).
+        As the reading's first statement it runs on its own, outside the transaction: one statement
+        sees one snapshot, and the reading's BEGIN waits for the statement after it, if any, so a
+        reading that one statement answers makes one round trip, with no BEGIN and no ROLLBACK
+        (what it reads after that sees a snapshot of its own). Else it runs in the transaction."""
+        alone = self._begin is not None and self._batch is None and self.nested == 0
+        if not alone and (self._begin is not None or self._batch is not None):
+            return self.execute(sql, params).fetchall()  # type: ignore[no-any-return]
+        rows: list[tuple[Any, ...]] = self._conn.execute(qmark(sql), _params(params), prepare=True).fetchall()
+        return rows
+
+    def remember(self, sql: str, params: Sequence[Any], rows: list[tuple[Any, ...]]) -> None:
+        """Answer the first :meth:`execute` of ``sql`` with ``params`` with ``rows``: what a read
+        made ahead (in a snapshot that sees what that statement would see) found for it."""
+        self._prefetched[(sql, tuple(params))] = rows
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         rows = [_params(row) for row in rows]

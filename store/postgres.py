@@ -10,7 +10,8 @@ is imported only here, in store/: install the ``postgres`` extra."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from turnlog.store.base import ANY, Expected, RecordedEvent, Store
@@ -41,3 +42,18 @@ class PostgresStore(PgProjectionStorage, PgAppendingStore, Store):
         return super().append(
             session_id, events, expected_version=expected_version, recorded_at=recorded_at, bounded=bounded
         )
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the store is closed, before its pool is (a writer's deferred catch-up
+        of the projections). A StoreError it raises is not the close's: what it left undone is
+        derived state, done by the next read of any process."""
+        self.__dict__.setdefault("_before_close", []).append(hook)
+
+    def close(self) -> None:
+        hooks: list[Callable[[], None]] = self.__dict__.pop("_before_close", [])
+        try:
+            for hook in hooks:
+                with contextlib.suppress(StoreError):
+                    hook()
+        finally:
+            super().close()

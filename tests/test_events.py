@@ -329,6 +329,20 @@ def test_new_event_ids_are_uuid4_hex_and_unique() -> None:
         assert parsed.variant == uuid.RFC_4122
 
 
+def test_the_events_of_one_batch_have_distinct_short_ids(tmp_path: Path) -> None:
+    """`turnlog log`, the agent tool and error messages show an event by the first 12 characters of
+    its id, and take such a prefix back: ids made within one millisecond must still differ there
+    (which is why ids are not time-first, like version 7 UUIDs, whose first 12 are the millisecond)."""
+    store = SQLiteStore.open(tmp_path / "ids.db")
+    try:
+        records = store.append("s", [MessageAppended(role="user", content=f"m{i}") for i in range(200)])
+        found = store.find_event("s", records[137].event_id[:12])
+    finally:
+        store.close()
+    assert len({r.event_id[:12] for r in records}) == 200
+    assert found.event_id == records[137].event_id
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_does_not_repeat_its_parents_event_ids() -> None:
     read_end, write_end = os.pipe()

@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_
 
 from tests.helpers.postgres import pg_schema, pg_url
 from turnlog.integrations.langgraph import TurnlogSaver
+from turnlog.projections.langgraph_index import writes_of
 from turnlog.projections.registry import materializer
 from turnlog.store import InvalidEventError, StateRecorded
 
@@ -276,3 +277,105 @@ def test_a_graph_turn_appends_once_per_checkpoint_at_most_plus_writes(opener: Op
     assert queries == []
     messages = graph.get_state(config).values["messages"]
     assert [m.content for m in messages][-2:] == ["turn 4", "noted 11"]
+
+
+def started(fn: Callable[[], Any], errors: list[BaseException]) -> threading.Thread:
+    """``fn`` running in a thread of its own, its exception kept in ``errors``."""
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def keys(calls: list[list[Any]]) -> list[list[str]]:
+    return [[e.key for e in call if isinstance(e, StateRecorded)] for call in calls]
+
+
+def test_writes_for_a_checkpoint_not_yet_put_wait_for_it_and_go_in_its_append(opener: Opener) -> None:
+    """LangGraph's default (durability ``async``): while a checkpoint waits to commit, the next
+    step's tasks run and write for the next checkpoint, not yet put. The checkpoint goes alone; the
+    writes (and the thread's other writes queued with them) wait for the next one's ``put``, so all
+    go in one append (one commit), writes first, in arrival order."""
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    second = create_checkpoint(first, None, 1)
+    third = create_checkpoint(second, None, 2)
+    assert first["id"] < second["id"] < third["id"]
+    saver._log.queue._linger = 60.0  # however slow the machine: the put comes first
+    calls = appends_of(saver)
+    errors: list[BaseException] = []
+    now, then = cfg("t", checkpoint_id=second["id"]), cfg("t", checkpoint_id=third["id"])
+    with saver._lock:  # an append in progress
+        workers = [started(lambda: saver.put(config, second, {"step": 1}, {}), errors)]
+        queued(saver, 1)
+        workers.append(started(lambda: saver.put_writes(now, [("x", "a")], task_id="task0"), errors))
+        queued(saver, 2)
+        workers.append(started(lambda: saver.put_writes(then, [("x", "b")], task_id="task1"), errors))
+        queued(saver, 3)
+    workers[0].join()
+    saver.put(now, third, {"step": 2}, {})
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert keys(calls) == [
+        [second["id"]],
+        [f"{second['id']}/writes/task0", f"{third['id']}/writes/task1", third["id"]],
+    ]
+    for checkpoint, task in [(second, "task0"), (third, "task1")]:
+        found = saver.get_tuple(cfg("t", checkpoint_id=checkpoint["id"]))
+        assert found is not None and [w[0] for w in found.pending_writes or []] == [task]
+        assert shape(found) == shape(from_index(saver, cfg("t", checkpoint_id=checkpoint["id"])))
+    assert shape(saver.get_tuple(cfg("t"))) == shape(from_index(saver, cfg("t")))
+
+
+def test_writes_whose_checkpoint_never_comes_are_stored_after_the_wait(opener: Opener) -> None:
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    second = create_checkpoint(first, None, 1)
+    never = create_checkpoint(second, None, 2)
+    saver._log.queue._linger = 0.05
+    calls = appends_of(saver)
+    errors: list[BaseException] = []
+    then = cfg("t", checkpoint_id=never["id"])
+    with saver._lock:
+        workers = [started(lambda: saver.put(config, second, {"step": 1}, {}), errors)]
+        queued(saver, 1)
+        workers.append(started(lambda: saver.put_writes(then, [("x", "b")], task_id="task"), errors))
+        queued(saver, 2)
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert keys(calls) == [[second["id"]], [f"{never['id']}/writes/task"]]
+    assert [w[0] for w in saver._log.query(lambda conn: writes_of(conn, "t", "", never["id"]))] == ["task"]
+
+
+def test_writes_of_a_caller_that_puts_its_checkpoints_itself_do_not_wait(opener: Opener) -> None:
+    """No checkpoint of the thread being put: writes for the latest, an older or a later checkpoint
+    (this caller's own next, put by it afterwards) go at once."""
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    config = saver.put(cfg("t"), first, {"step": 0}, {})
+    later = create_checkpoint(first, None, 1)
+    queue = saver._log.queue
+    asked: list[bool] = []
+    original = queue._awaits_put
+
+    def awaits(sid: str) -> bool:
+        asked.append(original(sid))
+        return asked[-1]
+
+    queue._awaits_put = awaits  # type: ignore[method-assign]
+    calls = appends_of(saver)
+    saver.put_writes(config, [("x", "now")], task_id="task")
+    saver.put_writes(cfg("t", checkpoint_id="0"), [("x", "older")], task_id="task")
+    saver.put_writes(cfg("t", checkpoint_id=later["id"]), [("x", "later")], task_id="task")
+    assert len(calls) == 3
+    assert asked and not any(asked)

@@ -1,5 +1,7 @@
-"""The projections' apply inside a PostgreSQL append's transaction: pipelined, and reading from the
-memos its last committed append left instead of the rows. Whatever another store object does between
+"""The projections' apply inside a PostgreSQL append's transaction, for a store whose projections are
+advanced by ``within_append`` hooks (``turnlog.open_store`` defers them to the next read instead:
+tests/test_pg_deferred_projections.py): pipelined, and reading from the memos its last committed
+append left instead of the rows. Whatever another store object does between
 two appends (append to the same session, reset, rebuild, a row in the way), the rows stay what a
 fresh rebuild makes, and a failure inside the pipeline leaves the events to commit and prints
 nothing on stderr."""
@@ -26,7 +28,15 @@ __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
 
 
 def _open(schema: str) -> Any:
-    return turnlog.open_store(f"{pg_url()}?schema={schema}")
+    """A store advancing its projections in each append's transaction (and, when that could not,
+    right after its commit)."""
+    from turnlog.store.postgres import PostgresStore
+
+    store = PostgresStore.open(pg_url(), schema=schema)
+    kept = materializer(store)
+    store.within_append(kept.apply_within)
+    store.on_append(lambda records: kept.catch_up(appended=records))
+    return store
 
 
 @pytest.fixture

@@ -415,6 +415,7 @@ def test_a_writer_does_not_queue_behind_a_catch_up_and_a_read_catches_up(pg_sche
     store = turnlog.open_store(f"{pg_url()}?schema={pg_schema}")
     try:
         store.append("s", [msg("first")])
+        list_sessions(store)  # a read: the projections' tables made, and caught up to the append
         with psycopg.connect(pg_url(), autocommit=True) as other:
             other.execute("SELECT pg_advisory_lock(%s)", (store.lock_key,))
             with pytest.raises(LockBusy), store.atomic(wait=False):

@@ -117,12 +117,12 @@ def open_store(
     :meth:`turnlog.store.SQLiteStore.open` and ``turnlog.store.postgres.PostgresStore.open``.
 
     The store returned keeps its token counts and materialized projections advanced with its
-    appends: on PostgreSQL in each append's own transaction; in a SQLite file an append is the
-    log's durable commit alone, and the next read (each read catches up first) counts and applies
-    what was appended, from memory, in one non-durable transaction (closing the store does it too,
-    so a writer leaves its file caught up). ``readonly=True`` opens an existing store for reading
-    only: appends are refused; a SQLite file is never written to and never waited for (what writers
-    have not materialized yet is folded in memory for its reads)."""
+    appends: an append is the log's durable commit alone, and the next read (each read, in any
+    process, catches up first) counts and applies what was appended, from memory, in one
+    non-durable transaction (closing the store does it too, so a writer leaves its store caught up).
+    ``readonly=True`` opens an existing store for reading only: appends are refused; a SQLite file is
+    never written to and never waited for (what writers have not materialized yet is folded in memory
+    for its reads)."""
     store = open_backend(
         path,
         tokenizer=tokenizer,

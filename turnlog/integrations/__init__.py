@@ -34,8 +34,9 @@ def require(module: str, extra: str) -> ModuleType:
 def open_for_adapter(db: StoreLike) -> tuple[Store, bool]:
     """The store an adapter works on, and whether the adapter opened it (and so must close it).
 
-    A path is opened with :func:`turnlog.open_store`, so every append advances the projections in its
-    own transaction; an open store is used as it is, and stays the caller's to close."""
+    A path is opened with :func:`turnlog.open_store`, so the projections are advanced with the
+    appends (at the next read or close); an open store is used as it is, and stays the caller's to
+    close."""
     if isinstance(db, Store):
         from turnlog.projections.registry import keep_caught_up
 

@@ -22,10 +22,12 @@ thread's latest checkpoint per namespace with its pending writes, and which mess
 folded from the saver's own appends, or from the log when another writer appended. So ``get_tuple``
 of the latest checkpoint is one query (the session's head), and ``put``/``put_writes`` read nothing
 before they append. LangGraph calls them from several threads at once: the writes of a thread that
-wait for the saver's lock are appended together, in one append (integrations.langgraph_queue), and
-each call returns once its own write is committed. Other reads (a checkpoint by id, ``list``, a
-thread new to this process) use the materialized projection ``projections.langgraph_index``,
-caught up with the log before each read, so each is one indexed query whatever the thread's length.
+wait for the saver's lock are appended together, in one append (integrations.langgraph_queue; a
+task's writes that arrive before their checkpoint's ``put``, as LangGraph's default durability
+sends them, wait for it), and each call returns once its own write is committed. Other reads (a
+checkpoint by id, ``list``, a thread new to this process) use the materialized projection
+``projections.langgraph_index``, caught up with the log before each read, so each is one indexed
+query whatever the thread's length.
 """
 
 from __future__ import annotations

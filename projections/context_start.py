@@ -1,0 +1,142 @@
+"""The first read of a warm build on a server (PostgreSQL): one statement, prepared on the server, that
+says whether the projections are current and where the session's head is, answers the header
+(context_header) and reads the retained messages and the newest rows the budget can take. A warm
+build of a typical session then makes that one round trip and no other (no BEGIN, no ROLLBACK: one
+statement sees one snapshot). Everything a build reads is as of its position, so what it reads
+after that, in a snapshot of its own, agrees with it."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import operator
+from collections.abc import Sequence
+
+from turnlog.projections.context_header import Header, leave_ahead
+from turnlog.projections.context_reader import ROW_COLUMNS, first_rows_reads
+from turnlog.projections.context_types import PER_MESSAGE, ContextPolicy
+from turnlog.store.dialect import Connection
+from turnlog.store.rows import PAYLOAD_JOIN
+
+_part = operator.itemgetter(0)
+
+TAIL_CAP = 2048
+"""The most rows the statement reads of the tail (the walk back reads on from there if needs be)."""
+
+MARGIN = 8
+"""Rows read below the first the budget cannot take."""
+
+_JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
+_ROWS = (
+    f"SELECT {{part}}, {ROW_COLUMNS} FROM ctx_messages c {_JOIN} "
+    "WHERE c.session_id = ? AND c.version <= (SELECT hv FROM h) "
+)
+_SEEN = "SELECT 1 FROM {table} WHERE session_id = ? AND {column} <= h.at LIMIT 1"
+_FLAGS = (
+    ("live_gaps", "dead_at"),
+    ("ctx_pins", "pinned_at"),
+    ("ctx_summaries", "position"),
+    ("rt_condensed", "position"),
+)
+_ARTIFACT = (
+    "(SELECT {column} FROM artifacts WHERE session_id = ? AND position <= h.at "
+    "ORDER BY position DESC LIMIT 1)"
+)
+
+
+def _capped(cap: str) -> str:
+    return f"CASE WHEN tokens > {cap} THEN {cap} ELSE tokens END"
+
+
+def _text(expressions: Sequence[str]) -> str:
+    """Numbers as one text, comma-separated, empty for NULL."""
+    return " || ',' || ".join(f"coalesce(CAST({e} AS TEXT), '')" for e in expressions)
+
+
+@functools.lru_cache(maxsize=8)
+def start_sql(projections: int) -> str:
+    """The statement, for a check of that many projections. One row per part: 0 the header (its
+    numbers in the payload column, as text: a row of the same columns as the others), 1 the
+    retained rows (system messages, the first user message), 2 the tail from the head down to the
+    first row the budget cannot take (at the least each message can cost) and a few more: the build
+    reads on only when that was not enough. Portable SQL (a server is where it pays)."""
+    names = ", ".join("?" * projections)
+    header = [
+        "h.at",
+        "h.hv",
+        f"(SELECT min(position) FROM projection_checkpoints WHERE name IN ({names}))",
+        f"(SELECT count(*) FROM projection_checkpoints WHERE name IN ({names}))",
+        *(f"({_SEEN.format(table=table, column=column)})" for table, column in _FLAGS),
+        "(SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= h.at "
+        "AND (finished_position IS NULL OR finished_position > h.at) ORDER BY started_position DESC LIMIT 1)",
+        "(SELECT cum_messages FROM top)",
+        "(SELECT cum_tokens FROM top)",
+        _ARTIFACT.format(column="position"),
+        "(SELECT version FROM ctx_messages WHERE session_id = ? AND role != 'system' AND version >= 1 "
+        "AND version <= h.hv ORDER BY version LIMIT 1)",
+        "(SELECT version FROM below)",
+    ]
+    return (
+        "WITH h AS (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
+        "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
+        "top AS (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
+        "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
+        # The newest row at which what the tail costs at least (each message's overhead and its
+        # stored tokens within the policy's caps) passes the budget: the build can fit no row
+        # below it; and a few rows more (the call of an output squeezed in at the end, its other
+        # outputs).
+        f"below AS (SELECT version FROM (SELECT version, sum({PER_MESSAGE} + CASE WHEN role = 'tool' "
+        f"THEN {_capped('?')} ELSE {_capped('?')} END) OVER (ORDER BY version DESC) AS cost "
+        "FROM ctx_messages WHERE session_id = ? AND version <= (SELECT hv FROM h) "
+        f"ORDER BY version DESC) AS tail WHERE cost > ? LIMIT 1 OFFSET {MARGIN}) "
+        f"SELECT 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {_ARTIFACT.format(column='event_id')}, "
+        f"NULL, NULL, NULL, NULL, NULL, NULL, {_text(header)}, NULL, NULL FROM h "
+        "UNION ALL "
+        + _ROWS.format(part=1)
+        + "AND (c.role = 'system' OR c.first_user = 1) UNION ALL SELECT * FROM ("
+        + _ROWS.format(part=2)
+        + "AND c.version >= coalesce((SELECT version FROM below), 0) "
+        f"ORDER BY c.version DESC LIMIT {TAIL_CAP}) AS tail ORDER BY 1, 2 DESC"
+    )
+
+
+def read_start(
+    conn: Connection, session_id: str, watched: Sequence[str], policy: ContextPolicy
+) -> tuple[int, int] | None:
+    """(the head position, ``session_id``'s version there) when every projection of ``watched`` has
+    applied every event, read with one statement; the header and the first rows of the build as of
+    there are left on ``conn`` for its reader. None when a catch-up may have work."""
+    sid, names = session_id, list(watched)
+    caps = (policy.max_tool_tokens,) * 2 + (policy.max_message_tokens,) * 2
+    params = (sid, sid, *caps, sid, policy.budget, sid, *names, *names, *(sid,) * 9)
+    rows = conn.alone(start_sql(len(names)), params)
+    numbers = [int(n) if n else None for n in rows[0][16].split(",")]
+    at, head_version, applied, known, gaps, pins, summaries, condensed, run, messages, tokens = numbers[:11]
+    artifact, first, below = numbers[11:]
+    assert at is not None and head_version is not None and known is not None
+    if known < len(names) or applied is None or applied < at:
+        return None
+    if head_version > 0:
+        header = Header(
+            at,
+            gaps is not None,
+            pins is not None,
+            summaries is not None,
+            condensed is not None,
+            run,
+            (messages or 0, tokens or 0),
+            None if artifact is None else (artifact, str(rows[0][9])),
+            first,
+        )
+        split = bisect.bisect_left(rows, 2, lo=1, key=_part)  # the rows come in part order
+        retained = [row[1:] for row in rows[1:split]]
+        tail = [row[1:] for row in rows[split:]]
+        # The whole history read (nothing below the tail): a chunk asked for one row more, which
+        # says the walk back has nothing left to read.
+        size = len(tail) + 1 if below is None and len(tail) < TAIL_CAP else len(tail)
+        for (sql, params), found in zip(
+            first_rows_reads(sid, head_version, size), (retained, tail), strict=True
+        ):
+            conn.remember(sql, params, found)
+        leave_ahead(conn, sid, at, head_version, header, size)
+    return at, head_version
