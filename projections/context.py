@@ -9,9 +9,14 @@ build), context_capping (notices and the per-store cache); this module is the pu
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
 from turnlog.projections.context_builder import ContextBuilder
 from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_fold import calibrated
+from turnlog.projections.context_header import Header
 from turnlog.projections.context_index import ContextIndex
 from turnlog.projections.context_start import read_start
 from turnlog.projections.context_types import (
@@ -50,11 +55,12 @@ def build_context(
     an audit can show exactly what the model saw on each call."""
     if at is None and not policy.calibrate:
         # A warm build: one snapshot for the freshness check and the build's reads (on SQLite, one
-        # statement says the projections are current and where the session's head is).
+        # statement says the projections are current and where the session's head is; none
+        # while the database has not changed since the last build of the session).
         with store.reading() as conn:
-            current = _current_head(store, conn, session_id, policy)
+            current, fresh = _current_head(store, conn, session_id, policy)
             if current is not None and current[1] > 0:
-                built = _build(store, session_id, policy, *current, model)
+                built = _build(store, session_id, policy, *current, model, conn, fresh)
         if current is not None and current[1] > 0:
             if record:
                 store.append(session_id, [built.to_event(run_id=run_id, model=model)])
@@ -75,31 +81,75 @@ def build_context(
         policy = calibrated(store, session_id, policy, at, model)
     # One snapshot for the build's reads: on a server, one BEGIN and one connection rather than one
     # a read (SQLite's nested readings share its transaction the same way).
-    with store.reading():
-        built = _build(store, session_id, policy, at, head_version, model)
+    with store.reading() as conn:
+        built = _build(store, session_id, policy, at, head_version, model, conn, None)
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
 
 
+_FRESH = "_turnlog_context_fresh"
+"""The store attribute that remembers what the warm builds' first reads said (_Fresh)."""
+_FRESH_SESSIONS = 1024
+
+
+@dataclass(slots=True)
+class _Fresh:
+    """What the first reads of a session's warm build said, in a snapshot of a database that has
+    not changed since: the materializer's current head and the build's header as of it."""
+
+    current: tuple[int, int]
+    header: Header | None = None
+
+
 def _current_head(
     store: Store, conn: Connection, session_id: str, policy: ContextPolicy
-) -> tuple[int, int] | None:
+) -> tuple[tuple[int, int] | None, _Fresh | None]:
     """(head position, head version) when the projections are current, else None. On a server the
-    same statement reads the build's first rows too (context_start): a warm build's one round trip."""
-    if not dialect_of(conn).remote:
-        return materializer(store).current_head(session_id)
-    watched = materializer(store).watched()
-    return None if watched is None else read_start(conn, session_id, watched, policy)
+    same statement reads the build's first rows too (context_start): a warm build's one round trip.
+    In process, the materializer's current_head, remembered (with the header a build read as of
+    it) while the database says nothing has changed since (a one-step pragma instead of the
+    check's statement): the same database gives the same answers. Only an answer that says the
+    projections are current is kept; None as the second value: nothing is kept."""
+    dialect = dialect_of(conn)
+    if dialect.remote:
+        watched = materializer(store).watched()
+        return (None if watched is None else read_start(conn, session_id, watched, policy)), None
+    token = dialect.unchanged_token(conn)
+    attributes = vars(store)
+    memo: tuple[Hashable, dict[str, _Fresh]] | None = attributes.get(_FRESH)
+    if token is not None and memo is not None and memo[0] == token:
+        found = memo[1].get(session_id)
+        if found is not None:
+            return found.current, found
+    current = materializer(store).current_head(session_id)
+    if token is None or current is None:
+        return current, None
+    if memo is None or memo[0] != token or len(memo[1]) >= _FRESH_SESSIONS:
+        memo = attributes[_FRESH] = (token, {})
+    fresh = memo[1][session_id] = _Fresh(current)
+    return current, fresh
 
 
 def _build(
-    store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int, model: str | None
+    store: Store,
+    session_id: str,
+    policy: ContextPolicy,
+    at: int,
+    head_version: int,
+    model: str | None,
+    snapshot: Any,
+    fresh: _Fresh | None,
 ) -> BuiltContext:
     if policy.cache_stable:
         # (Calibrated as of each call of the fold, when it is calibrated.)
         return build_stable(store, session_id, policy, at, head_version, model=model)
-    return ContextBuilder(store, session_id, policy, at, head_version).build()
+    header = None if fresh is None else fresh.header
+    builder = ContextBuilder(store, session_id, policy, at, head_version, snapshot=snapshot, header=header)
+    built = builder.build()
+    if fresh is not None:
+        fresh.header = builder.header
+    return built
 
 
 def timeline(store: Store, session_id: str, policy: ContextPolicy) -> list[Block]:

@@ -135,7 +135,7 @@ def artifact_notes(reader: ContextReader, since: int) -> list[ContextMessage]:
     folds it into the index. Tool outputs kept whole are not noted: their capped text names them."""
     if not reader.policy.index:
         return []
-    with reader.store.reading() as conn:
+    with reader.reading() as conn:
         newer = conn.execute(
             "SELECT 1 FROM artifacts WHERE session_id = ? AND position > ? AND position <= ? "
             "AND kind = 'artifact' LIMIT 1",
@@ -172,7 +172,7 @@ def _watermark(reader: ContextReader) -> _Key | None:
     if known is not None:
         row = known.artifact
     else:
-        with reader.store.reading() as conn:
+        with reader.reading() as conn:
             row = conn.execute(ARTIFACT_WATERMARK, (reader.sid, reader.at)).fetchone()
     if row is None:
         return None

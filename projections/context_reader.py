@@ -5,6 +5,7 @@ are read, never the whole session."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from turnlog.projections.context_header import Header, read_header, take_ahead
 from turnlog.projections.context_rows import Item, item_of, item_of_event
 from turnlog.projections.context_types import ContextPolicy, role_costs
 from turnlog.projections.live_index import DEAD_RANGES, dead_ranges, is_dead
+from turnlog.projections.store_cache import StoreCache
 from turnlog.store import MessageAppended, RecordedEvent, Store, ToolReturned
 from turnlog.store.dialect import dialect_of
 from turnlog.store.rows import PAYLOAD_COLUMNS, PAYLOAD_JOIN, payload_fields
@@ -23,7 +25,6 @@ class Row:
     """A light ctx_messages row."""
 
     version: int
-    position: int
     role: str
     first_user: bool
     has_name: bool
@@ -54,9 +55,25 @@ ROW_COLUMNS = (
     "c.version, c.position, c.role, c.first_user, c.has_name, c.n_calls, c.call_version, c.tokens, "
     f"c.event_id, c.length, c.whole, c.cum_messages, c.cum_tokens, {PAYLOAD_COLUMNS}"
 )
+LIGHT_COLUMNS = (
+    "c.version, c.role, c.first_user + 2 * c.has_name + 4 * c.whole + 8 * c.n_calls, c.call_version, "
+    "c.tokens, c.event_id, c.length, c.cum_messages, c.cum_tokens"
+)
+"""The columns of a row read without its payload, the flags and the count of calls in one: each
+column a row has costs the driver a release and a take of the interpreter's lock."""
 # Each row with its event's payload, and the content blob of a text read with the row: the index
 # keeps no copy of the log's texts.
 _JOIN = PAYLOAD_JOIN.format(table="c", wanted="c.whole = 1")
+_PAYLOADS = (
+    f"SELECT c.version, {PAYLOAD_COLUMNS} FROM ctx_messages c {_JOIN} "
+    "WHERE c.session_id = ? AND c.version IN "
+)
+"""The payloads of rows read without them (their items not remembered), by version."""
+
+ITEMS: StoreCache[tuple[str, bool], Item] = StoreCache(2048)
+"""Per store, the items decoded from events' payloads, by event id (and whether the text is read
+with the row): an event never changes, so a warm build on SQLite reads the index's rows alone and
+decodes only the payloads of rows it has not seen (a turn's new messages)."""
 
 # The reads of a build, named so that the ones it makes first can be sent together (_first_reads).
 _RETAINED = "AND c.version <= ? AND (c.role = 'system' OR c.first_user = 1)"
@@ -88,7 +105,9 @@ ARTIFACT_WATERMARK = (
 """The newest artifact row of a session at or before a position (context_preamble's watermark)."""
 
 
-def _rows_sql(where: str, hint: str) -> str:
+def _rows_sql(where: str, hint: str, *, light: bool = False) -> str:
+    if light:
+        return f"SELECT {LIGHT_COLUMNS} FROM ctx_messages c {hint} WHERE c.session_id = ? {where}"
     return f"SELECT {ROW_COLUMNS} FROM ctx_messages c {hint} {_JOIN} WHERE c.session_id = ? {where}"
 
 
@@ -105,9 +124,24 @@ class ContextReader:
     """Reads for one build of one session as of one position."""
 
     def __init__(
-        self, store: Store, session_id: str, policy: ContextPolicy, at: int, head_version: int
+        self,
+        store: Store,
+        session_id: str,
+        policy: ContextPolicy,
+        at: int,
+        head_version: int,
+        *,
+        snapshot: Any = None,
+        header: Header | None = None,
     ) -> None:
+        """``snapshot``: the connection of a reading the caller holds open for the whole build
+        (``store.reading()``), read through directly instead of entering a nested reading per read.
+        ``header``: what an earlier build's first statement said of this session as of ``at``, in
+        a database that has not changed since (on SQLite; read again when not given)."""
         self.store = store
+        self._held: contextlib.AbstractContextManager[Any] | None = (
+            None if snapshot is None else contextlib.nullcontext(snapshot)
+        )
         self.sid = session_id
         self.policy = policy
         self.at = at
@@ -118,6 +152,8 @@ class ContextReader:
         self.items: dict[int, Item] = {}
         self.expected_rows = 0
         """How many rows the walk back is expected to use (0: not known); sizes its second chunk."""
+        self._unread: dict[int, Row] = {}
+        """Rows read without their payloads whose items are not remembered (see _remembered)."""
         self._cums: dict[int, tuple[int, int]] = {}
         """Running totals below a version (``_raw_cumulative``), known from the rows read."""
         self.header: Header | None = None
@@ -126,8 +162,11 @@ class ContextReader:
         self.first_chunk = 0
         """On a server: the rows of the walk's first chunk, read ahead with the header (0: none)."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
-        with store.reading() as conn:
-            if dialect_of(conn).remote:
+        with self.reading() as conn:
+            self.dialect = dialect_of(conn)
+            """The store's dialect (one look-up a build: on SQLite it costs a failed attribute
+            look-up each time)."""
+            if self.dialect.remote:
                 # A warm build's first statement read the header and the first rows (context_start).
                 ahead = take_ahead(conn, session_id, at, head_version)
                 if ahead is not None:
@@ -142,13 +181,20 @@ class ContextReader:
                 elif hasattr(conn, "prefetch"):
                     conn.prefetch(self._first_reads())
             else:
-                self.header = read_header(conn, session_id, at, head_version)
+                if header is None or header.at != at:
+                    header = read_header(conn, session_id, at, head_version)
+                self.header = header
             if self.header is not None:
                 self._cums[head_version + 1] = self.header.cumulative
             if self.header is not None and not self.header.gaps:
                 self.dead = []
             else:
                 self.dead = dead_ranges(conn, session_id, at)
+
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """The snapshot the caller holds, or a reading of the store's own."""
+        held = self._held
+        return self.store.reading() if held is None else held
 
     def known(self) -> Header | None:
         """The header, when it speaks of this reader's position (a copy made for an earlier
@@ -174,22 +220,82 @@ class ContextReader:
     # -- reading ------------------------------------------------------------------------------
 
     def _rows(self, where: str, params: Sequence[Any], *, index: str | None = None) -> list[Row]:
-        with self.store.reading() as conn:
-            hint = dialect_of(conn).hint(index) if index else ""
-            found = conn.execute(_rows_sql(where, hint), (self.sid, *params)).fetchall()
-        cums = self._cums
-        rows = []
-        for v, p, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
-            # The running totals below this row, as _raw_cumulative would read them.
-            cums[v] = (cm - 1, ct - t)
-            if not self.dead or not is_dead(self.dead, v):
-                rows.append(Row(v, p, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload)))
+        with self.reading() as conn:
+            dialect = self.dialect
+            hint = dialect.hint(index) if index else ""
+            # On a server the payloads come with the rows (a round trip saved); in process, the
+            # rows alone, then the payloads of the rows whose items are not remembered.
+            light = not dialect.remote
+            found = conn.execute(_rows_sql(where, hint, light=light), (self.sid, *params)).fetchall()
+            cums = self._cums
+            rows = []
+            if light:
+                for v, r, flags, cv, t, e, length, cm, ct in found:
+                    # The running totals below this row, as _raw_cumulative would read them.
+                    cums[v] = (cm - 1, ct - t)
+                    if not self.dead or not is_dead(self.dead, v):
+                        rows.append(
+                            Row(
+                                v,
+                                r,
+                                flags & 1 != 0,
+                                flags & 2 != 0,
+                                flags >> 3,
+                                cv,
+                                t,
+                                e,
+                                length,
+                                flags & 4 != 0,
+                                (),
+                            )
+                        )
+            else:
+                for v, _, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
+                    cums[v] = (cm - 1, ct - t)
+                    if not self.dead or not is_dead(self.dead, v):
+                        row = Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload))
+                        rows.append(row)
+            if light and rows:
+                self._remembered(rows)
         return rows
+
+    def _remembered(self, rows: list[Row]) -> None:
+        """The items of rows read without their payloads, from those the store remembers; the
+        others wait in ``_unread`` until an item of one is wanted."""
+        table = ITEMS.table(self.store)
+        items = self.items
+        for row in rows:
+            if row.version in items:
+                continue
+            key = (row.event_id, row.whole)
+            found = table.get(key)
+            if found is None:
+                self._unread[row.version] = row
+                continue
+            items[row.version] = found
+            try:
+                table.move_to_end(key)
+            except KeyError:  # another thread's build trimmed it meanwhile (the item still holds)
+                continue
+
+    def _read_payloads(self) -> None:
+        """The payloads of every row waiting for one, in one statement (per 500): the rows a build
+        read are mostly shown, and rows at the end of a chunk it does not show are never read."""
+        unread, self._unread = self._unread, {}
+        wanted = list(unread)
+        with self.reading() as conn:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                sql = f"{_PAYLOADS}({','.join('?' * len(chunk))})"
+                for version, *payload in conn.execute(sql, (self.sid, *chunk)):
+                    unread[version].payload = tuple(payload)
 
     def _item(self, row: Row) -> Item:
         """What the row's event says, from its payload read with the row (decoded once a build)."""
         found = self.items.get(row.version)
         if found is None:
+            if not row.payload:
+                self._read_payloads()
             fields = payload_fields(*row.payload)
             if fields is None:  # an older schema's payload: the store upcasts it
                 self._load([row.version])
@@ -199,6 +305,9 @@ class ContextReader:
             else:
                 found = item_of(row.event_id, row.length, row.whole, fields, tool=row.role == "tool")
             self.items[row.version] = found
+            table = ITEMS.table(self.store)
+            table[(row.event_id, row.whole)] = found
+            ITEMS.trim(table)
         return found
 
     def _content(self, row: Row) -> str:
@@ -229,7 +338,7 @@ class ContextReader:
             first = self._first_live()
             if first is not None:
                 versions.add(first)
-        with self.store.reading() as conn:
+        with self.reading() as conn:
             known = self.known()
             pinned = (
                 set()
@@ -265,7 +374,7 @@ class ContextReader:
         if known is not None and not self.dead and role == "!= 'system'":
             return known.first_not_system
         start = 1
-        with self.store.reading() as conn:
+        with self.reading() as conn:
             while True:
                 row = conn.execute(
                     f"SELECT version FROM ctx_messages WHERE session_id = ? AND role {role} "
@@ -291,7 +400,7 @@ class ContextReader:
         known = self.known()
         if known is not None:
             return known.open_run
-        with self.store.reading() as conn:
+        with self.reading() as conn:
             row = conn.execute(_OPEN_RUN, (self.sid, self.at, self.at)).fetchone()
         return int(row[0]) if row else None
 
@@ -338,8 +447,8 @@ class ContextReader:
         known = self.known()
         if known is not None and not known.summaries:
             return []
-        with self.store.reading() as conn:
-            hint = dialect_of(conn).hint("ctx_summaries_active")
+        with self.reading() as conn:
+            hint = self.dialect.hint("ctx_summaries_active")
             found = [
                 SummaryRow(*row)
                 for row in conn.execute(
@@ -389,6 +498,6 @@ class ContextReader:
         found = self._cums.get(before_version)
         if found is not None:
             return found
-        with self.store.reading() as conn:
+        with self.reading() as conn:
             row = conn.execute(_CUMULATIVE, (self.sid, before_version)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)

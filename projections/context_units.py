@@ -223,7 +223,7 @@ class UnitRenderer(ContextReader):
         stable = self.stable
         if stable is None or view_version <= stable.moved_head:
             return True
-        with self.store.reading() as conn:
+        with self.reading() as conn:
             row = conn.execute(
                 "SELECT MIN(version) FROM ctx_messages WHERE session_id = ? AND role = 'assistant' "
                 "AND version > ? AND version <= ?",

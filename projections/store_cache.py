@@ -33,6 +33,20 @@ class StoreCache(Generic[K, V]):
                 cache.move_to_end(key)
         return found
 
+    def table(self, store: Store) -> OrderedDict[K, V]:
+        """The store's entries, for a caller that looks up many keys at once (one weak-key lookup
+        instead of one per key): it keeps them in order itself (``move_to_end`` on a hit, and
+        :meth:`trim` after adding)."""
+        cache = self._caches.get(store)
+        if cache is None:
+            cache = self._caches[store] = OrderedDict()
+        return cache
+
+    def trim(self, cache: OrderedDict[K, V]) -> None:
+        """The least recently used entries of a :meth:`table` out, down to the cache's size."""
+        while len(cache) > self.size:
+            cache.popitem(last=False)
+
     def put(self, store: Store, key: K, value: V) -> V:
         cache = self._caches.get(store)
         if cache is None:

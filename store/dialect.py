@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any, Protocol, TypeAlias
 
 Connection: TypeAlias = Any
@@ -58,6 +58,10 @@ class Dialect(Protocol):
 
     def columns(self, conn: Any, schema: str, table: str) -> list[str]:
         """A table's column names, in order."""
+
+    def unchanged_token(self, conn: Any) -> Hashable | None:
+        """Inside a read snapshot: a value that is equal at two reads only if no connection has
+        changed the database between them (None: the database cannot say cheaply)."""
 
     def tables(self, conn: Any, schema: str) -> set[str]:
         """The tables of a schema."""
@@ -125,6 +129,11 @@ class SQLiteDialect(_Neutral):
         # SQLite does not always choose a partial index on its own (an OR, for one).
         return f"INDEXED BY {index}"
 
+    def unchanged_token(self, conn: Any) -> Hashable | None:
+        """``PRAGMA data_version`` changes with every commit of another connection, and this
+        connection's own count of changed rows with each of its writes (its triggers' included)."""
+        return (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+
     def json_field_equals(self, column: str, path: str, value: Any) -> tuple[str, list[Any]]:
         """A JSON text column's field at a dotted ``path`` equal to ``value``, as LangGraph's
         SqliteSaver compares them (json_extract gives SQL values; True binds as 1)."""
@@ -173,6 +182,10 @@ class PostgresDialect(_Neutral):
 
     def hint(self, index: str) -> str:
         return ""
+
+    def unchanged_token(self, conn: Any) -> Hashable | None:
+        """No cheap equivalent of SQLite's data_version: the caller reads what it needs."""
+        return None
 
     @contextlib.contextmanager
     def pipeline(self, conn: Any) -> Iterator[None]:
