@@ -74,29 +74,51 @@ class LiveIndex(Projection):
         )
 
     def apply(self, conn: Connection, records: Sequence[RecordedEvent]) -> None:
+        # The calls and answers go in with one statement each at the end (or before a fork, removal
+        # or rewind reads the tables): a batch of a rebuild is not two statements per tool return.
+        calls: list[tuple[str, str, int]] = []
+        answers: list[tuple[str, int, int]] = []
+        # The latest version that made each call of these records: later than any stored (the
+        # records follow the stored ones in log order), so where it is known no read is needed.
+        latest: dict[tuple[str, str], int] = {}
         for record in records:
             event = record.event
             sid = record.session_id
             fork = fork_of(conn, record)
             if fork is not None:
+                _flush(conn, calls, answers)
                 _copy_prefix(conn, fork, sid)
             elif isinstance(event, MessageAppended) and event.tool_calls:
-                conn.executemany(
-                    "INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                    [(sid, call.id, record.version) for call in event.tool_calls],
-                )
+                for call in event.tool_calls:
+                    calls.append((sid, call.id, record.version))
+                    latest[sid, call.id] = record.version
             elif isinstance(event, ToolReturned):
                 # It answers the latest earlier assistant message with a call of that id.
-                row = conn.execute(
-                    "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
-                    (sid, event.tool_call_id),
-                ).fetchone()
-                if row[0] is not None:
-                    conn.execute("INSERT INTO live_answers VALUES (?, ?, ?)", (sid, row[0], record.version))
+                call_version = latest.get((sid, event.tool_call_id))
+                if call_version is None:  # (a pending call with this id would be in latest)
+                    row = conn.execute(
+                        "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
+                        (sid, event.tool_call_id),
+                    ).fetchone()
+                    call_version = row[0]
+                if call_version is not None:
+                    answers.append((sid, call_version, record.version))
             elif isinstance(event, MessageRemoved):
+                _flush(conn, calls, answers)
                 _remove(conn, record, event)
             elif isinstance(event, SessionRewound):
+                _flush(conn, calls, answers)
                 _rewind(conn, record, event)
+        _flush(conn, calls, answers)
+
+
+def _flush(conn: Connection, calls: list[tuple[str, str, int]], answers: list[tuple[str, int, int]]) -> None:
+    if calls:
+        conn.executemany("INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING", calls)
+        calls.clear()
+    if answers:
+        conn.executemany("INSERT INTO live_answers VALUES (?, ?, ?)", answers)
+        answers.clear()
 
 
 def _remove(conn: Connection, record: RecordedEvent, event: MessageRemoved) -> None:

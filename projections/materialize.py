@@ -327,6 +327,13 @@ class Materializer:
                 checkpoints = [int(stored.get(p.name, 0)) for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
+        # What each projection kept in memory of its rows (see Projection.apply_remembering), carried
+        # from one batch to the next of this catch-up: true of the rows while every checkpoint
+        # stands where the last batch left them (``memo_at``), since the rows at a position are
+        # the same whoever wrote them. A rebuild then reads its running state back once, not once
+        # per batch and session.
+        memos: dict[str, dict[Any, Any]] = {}
+        memo_at = -1
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
@@ -357,6 +364,12 @@ class Materializer:
                         records = [r for r in fresh if wanted is None or r.type in wanted]
                     else:
                         records = records_between(conn, start, end, wanted)
+                    if any(own != memo_at for own in starts.values()) or any(
+                        len(memo) > MEMO_KEYS for memo in memos.values()
+                    ):
+                        memos = {p.name: {} for p in self.projections}
+                    memo_at = -1  # until this batch commits
+                    by_type = _TypeFilter(records)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
                     # The collector paused: a batch's rows and records all live until it ends, and
@@ -366,8 +379,11 @@ class Materializer:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            projection.apply(conn, _records_for(records, projection.types, own, start))
+                            projection.apply_remembering(
+                                conn, by_type.after(projection.types, own, start), memos[projection.name]
+                            )
                             _set_checkpoint(conn, projection, end)
+                memo_at = end
                 if progress is not None:
                     progress(end, limit)
                 if end >= limit:
@@ -497,17 +513,26 @@ def _server_dialect(conn: Connection) -> PostgresDialect:
     return dialect
 
 
-def _records_for(
-    records: list[RecordedEvent], types: tuple[str, ...] | None, own: int, start: int
-) -> list[RecordedEvent]:
-    """The records a projection at checkpoint ``own`` takes from a batch read after ``start``: most
-    often all of them (a rebuild, a catch-up), passed on without a filtering pass per projection."""
-    if own <= start and types is None:
-        return records
-    if own <= start:
-        wanted = set(types or ())
-        return [r for r in records if r.event.type in wanted]
-    return [r for r in records if r.position > own and (types is None or r.event.type in types)]
+class _TypeFilter:
+    """A batch of records, and each one's type read once: every projection takes its own types from
+    it (a rebuild's batch is read once for all of them)."""
+
+    __slots__ = ("records", "types")
+
+    def __init__(self, records: list[RecordedEvent]) -> None:
+        self.records = records
+        self.types = [r.event.type for r in records]
+
+    def after(self, types: tuple[str, ...] | None, own: int, start: int) -> list[RecordedEvent]:
+        """The records a projection at checkpoint ``own`` takes from the batch read after ``start``:
+        most often all of them (a rebuild, a catch-up), passed on without a filtering pass."""
+        records = self.records
+        if own <= start and types is None:
+            return records
+        if own <= start:
+            wanted = frozenset(types or ())
+            return [r for r, t in zip(records, self.types, strict=True) if t in wanted]
+        return [r for r in records if r.position > own and (types is None or r.event.type in types)]
 
 
 def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
