@@ -383,6 +383,8 @@ class Materializer:
                                 conn, by_type.after(projection.types, own, start), memos[projection.name]
                             )
                             _set_checkpoint(conn, projection, end)
+                    # Let go of this batch before the next is read: one batch in memory, not two.
+                    del records, by_type
                 memo_at = end
                 if progress is not None:
                     progress(end, limit)
