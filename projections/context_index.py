@@ -200,6 +200,10 @@ class ContextIndex(Projection):
                 if st.calls is not None:
                     open_versions = st.calls.get(event.tool_call_id)
                     answers = open_versions.pop() if open_versions else None
+                    if open_versions is not None and not open_versions:
+                        # Answered calls are forgotten: a memo kept over a whole rebuild would
+                        # otherwise hold every call id of every session.
+                        del st.calls[event.tool_call_id]
                 else:
                     found = conn.execute(
                         "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "
