@@ -185,7 +185,8 @@ class ArtifactsProjection(Projection):
             if event.artifact_id is None:  # the store always fills it in
                 continue
             content = event.content
-            size = len(content.encode("utf-8"))
+            # (isascii is a flag check: most outputs are ASCII, and then need no encoded copy.)
+            size = len(content) if content.isascii() else len(content.encode("utf-8"))
             exact = size <= _tokenizer_module.EXACT_COUNT_LIMIT
             tokens = record.tokens
             if tokens is None:  # the materializer counts tokens first; kept for robustness

@@ -61,4 +61,34 @@ def set_checkpoint(conn: Connection, projection: Projection, position: int) -> N
     )
 
 
-__all__ = ["POSITIONS", "set_checkpoint", "set_checkpoints", "watermark_and_checkpoints"]
+def stored_checkpoint(conn: Connection, projection: Projection) -> int | None:
+    """The position the file's rows of a projection have applied, or None when they cannot be used
+    (tables missing, or written by another version of the projection)."""
+    dialect = dialect_of(conn)
+    names = dialect.tables(conn, dialect.main)
+    if "projection_checkpoints" not in names or not set(projection.tables) <= names:
+        return None
+    row = conn.execute(
+        f"SELECT version, position FROM {dialect.main}.projection_checkpoints WHERE name = ?",
+        (projection.name,),
+    ).fetchone()
+    if row is None or row[0] != projection.version:
+        return None
+    return int(row[1])
+
+
+def checkpoint_of(conn: Connection, projection: Projection) -> int:
+    row = conn.execute(
+        "SELECT position FROM projection_checkpoints WHERE name = ?", (projection.name,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+__all__ = [
+    "POSITIONS",
+    "checkpoint_of",
+    "set_checkpoint",
+    "set_checkpoints",
+    "stored_checkpoint",
+    "watermark_and_checkpoints",
+]

@@ -145,6 +145,10 @@ class ContextIndex(Projection):
                 )
                 row, first = last.fetchone(), first_user.fetchone()
                 found = _SessionState(row[0] if row else 0, row[1] if row else 0, first is not None)
+                if row is None:
+                    # No message yet, so no call either (ctx_calls rows come with their message's
+                    # row, a fork's copies too): its calls are known, none need asking for.
+                    found.calls = {}
                 states[session_id] = found
                 loaded.append(found)
             return found
@@ -172,11 +176,12 @@ class ContextIndex(Projection):
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens,
                      record.event_id, len(event.content), int(whole))
                 )  # fmt: skip
-                conn.executemany(
-                    "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    [(sid, call.id, record.version) for call in calls],
-                )
+                if calls:
+                    conn.executemany(
+                        "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
+                        "ON CONFLICT DO NOTHING",
+                        [(sid, call.id, record.version) for call in calls],
+                    )
                 if st.calls is not None:
                     for call in calls:
                         versions = st.calls.setdefault(call.id, [])
@@ -195,6 +200,10 @@ class ContextIndex(Projection):
                 if st.calls is not None:
                     open_versions = st.calls.get(event.tool_call_id)
                     answers = open_versions.pop() if open_versions else None
+                    if open_versions is not None and not open_versions:
+                        # Answered calls are forgotten: a memo kept over a whole rebuild would
+                        # otherwise hold every call id of every session.
+                        del st.calls[event.tool_call_id]
                 else:
                     found = conn.execute(
                         "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "

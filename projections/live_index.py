@@ -83,39 +83,54 @@ class LiveIndex(Projection):
         self, conn: Connection, records: Sequence[RecordedEvent], memo: dict[str, dict[str, int]]
     ) -> None:
         """The memo: per session, the latest version of a call by its id, as live_calls holds it
-        (a turn's return answers the call the turn before stored)."""
+        (a turn's return answers the call the turn before stored). The calls and answers go in with
+        one statement each at the end (or before a fork, removal or rewind reads the tables): a
+        batch of a rebuild is not two statements per tool return."""
+        calls: list[tuple[str, str, int]] = []
+        answers: list[tuple[str, int, int]] = []
         for record in records:
             event = record.event
             sid = record.session_id
             fork = fork_of(conn, record)
             if fork is not None:
+                _flush(conn, calls, answers)
                 memo.pop(sid, None)  # its calls are the copied rows'
                 _copy_prefix(conn, fork, sid)
             elif isinstance(event, MessageAppended) and event.tool_calls:
-                conn.executemany(
-                    "INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                    [(sid, call.id, record.version) for call in event.tool_calls],
-                )
-                calls = memo.setdefault(sid, {})
-                if len(calls) > _CALLS_KEPT:
-                    calls.clear()  # the older ones are read again when a return names them
+                known = memo.setdefault(sid, {})
+                if len(known) > _CALLS_KEPT:
+                    _flush(conn, calls, answers)  # the ones forgotten are read again when named
+                    known.clear()
                 for call in event.tool_calls:  # versions only grow: this one is the latest
-                    calls[call.id] = record.version
+                    calls.append((sid, call.id, record.version))
+                    known[call.id] = record.version
             elif isinstance(event, ToolReturned):
                 # It answers the latest earlier assistant message with a call of that id.
-                latest = memo.get(sid, {}).get(event.tool_call_id)
-                if latest is None:
+                call_version = memo.get(sid, {}).get(event.tool_call_id)
+                if call_version is None:  # (a pending call with this id would be in the memo)
                     row = conn.execute(
                         "SELECT max(version) FROM live_calls WHERE session_id = ? AND call_id = ?",
                         (sid, event.tool_call_id),
                     ).fetchone()
-                    latest = row[0]
-                if latest is not None:
-                    conn.execute("INSERT INTO live_answers VALUES (?, ?, ?)", (sid, latest, record.version))
+                    call_version = row[0]
+                if call_version is not None:
+                    answers.append((sid, call_version, record.version))
             elif isinstance(event, MessageRemoved):
+                _flush(conn, calls, answers)
                 _remove(conn, record, event)
             elif isinstance(event, SessionRewound):
+                _flush(conn, calls, answers)
                 _rewind(conn, record, event)
+        _flush(conn, calls, answers)
+
+
+def _flush(conn: Connection, calls: list[tuple[str, str, int]], answers: list[tuple[str, int, int]]) -> None:
+    if calls:
+        conn.executemany("INSERT INTO live_calls VALUES (?, ?, ?) ON CONFLICT DO NOTHING", calls)
+        calls.clear()
+    if answers:
+        conn.executemany("INSERT INTO live_answers VALUES (?, ?, ?)", answers)
+        answers.clear()
 
 
 def _remove(conn: Connection, record: RecordedEvent, event: MessageRemoved) -> None:

@@ -18,7 +18,12 @@ from dataclasses import replace
 from typing import Any
 
 from turnlog.projections.checkpoints import POSITIONS as _POSITIONS
-from turnlog.projections.checkpoints import set_checkpoints, watermark_and_checkpoints
+from turnlog.projections.checkpoints import (
+    checkpoint_of,
+    set_checkpoints,
+    stored_checkpoint,
+    watermark_and_checkpoints,
+)
 from turnlog.projections.projection import Projection, copy_rows, fork_of, quiet_catch_up, quieted
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
@@ -116,11 +121,11 @@ class Materializer:
 
     def _position(self, conn: Connection, projection: Projection) -> int:
         if not self.store.readonly:
-            return _checkpoint(conn, projection)
+            return checkpoint_of(conn, projection)
         folded = self._folded.get(projection.name)
         if folded is not None:
             return folded
-        stored = _stored_checkpoint(conn, projection)
+        stored = stored_checkpoint(conn, projection)
         return 0 if stored is None else stored
 
     def apply_within(self, conn: Connection, records: Sequence[RecordedEvent]) -> bool:
@@ -346,6 +351,13 @@ class Materializer:
                 checkpoints = [kept[p.name][0] if p.name in kept else 0 for p in self.projections]
             if checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
+        # What each projection kept in memory of its rows (see Projection.apply_remembering), carried
+        # from one batch to the next of this catch-up: true of the rows while every checkpoint
+        # stands where the last batch left them (``carried_at``), since the rows at a position are
+        # the same whoever wrote them. A rebuild then reads its running state back once, not once
+        # per batch and session.
+        carried: dict[str, dict[Any, Any]] = {}
+        carried_at = -1
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
@@ -370,6 +382,7 @@ class Materializer:
                         return start
                     wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
                     remembering: dict[str, dict[Any, Any]] | None = None
+                    own_turn = False
                     if fresh and start == after and end == fresh[-1].position:
                         records = [r for r in fresh if wanted is None or r.type in wanted]
                         if not dialect_of(conn).remote and all(
@@ -381,8 +394,17 @@ class Materializer:
                             # left at ``start`` (rows depend only on the events before: whoever
                             # wrote them since, they are the same); else the applies fill new ones.
                             remembering = memos or {p.name: {} for p in self.projections}
+                            own_turn = True
                     else:
                         records = records_between(conn, start, end, wanted)
+                    if remembering is None:
+                        if any(own != carried_at for own in starts.values()) or any(
+                            len(memo) > MEMO_KEYS for memo in carried.values()
+                        ):
+                            carried = {p.name: {} for p in self.projections}
+                        remembering = carried
+                    carried_at = -1  # until this batch commits
+                    by_type = _TypeFilter(records)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
                     # The collector paused: a batch's rows and records all live until it ends, and
@@ -393,14 +415,17 @@ class Materializer:
                             own = starts[projection.name]
                             if own >= end:
                                 continue
-                            taken = _records_for(records, projection.types, own, start)
-                            if remembering is not None:
-                                projection.apply_remembering(conn, taken, remembering[projection.name])
-                            else:
-                                projection.apply(conn, taken)
+                            projection.apply_remembering(
+                                conn,
+                                by_type.after(projection.types, own, start),
+                                remembering[projection.name],
+                            )
                             moved.append(projection)
                         set_checkpoints(conn, moved, end, kept)
-                if remembering is not None:
+                    # Let go of this batch before the next is read: one batch in memory, not two.
+                    del records, by_type
+                carried, carried_at = remembering, end
+                if own_turn:
                     self._remember(end, remembering)
                 if progress is not None:
                     progress(end, limit)
@@ -424,7 +449,7 @@ class Materializer:
             for projection in self.projections:
                 if projection.name in self._folded:
                     continue
-                stored = _stored_checkpoint(conn, projection)
+                stored = stored_checkpoint(conn, projection)
                 if stored is not None and stored >= limit:
                     continue
                 projection.create(conn, dialect.scratch)
@@ -531,17 +556,26 @@ def _server_dialect(conn: Connection) -> PostgresDialect:
     return dialect
 
 
-def _records_for(
-    records: list[RecordedEvent], types: tuple[str, ...] | None, own: int, start: int
-) -> list[RecordedEvent]:
-    """The records a projection at checkpoint ``own`` takes from a batch read after ``start``: most
-    often all of them (a rebuild, a catch-up), passed on without a filtering pass per projection."""
-    if own <= start and types is None:
-        return records
-    if own <= start:
-        wanted = set(types or ())
-        return [r for r in records if r.event.type in wanted]
-    return [r for r in records if r.position > own and (types is None or r.event.type in types)]
+class _TypeFilter:
+    """A batch of records, and each one's type read once: every projection takes its own types from
+    it (a rebuild's batch is read once for all of them)."""
+
+    __slots__ = ("records", "types")
+
+    def __init__(self, records: list[RecordedEvent]) -> None:
+        self.records = records
+        self.types = [r.event.type for r in records]
+
+    def after(self, types: tuple[str, ...] | None, own: int, start: int) -> list[RecordedEvent]:
+        """The records a projection at checkpoint ``own`` takes from the batch read after ``start``:
+        most often all of them (a rebuild, a catch-up), passed on without a filtering pass."""
+        records = self.records
+        if own <= start and types is None:
+            return records
+        if own <= start:
+            wanted = frozenset(types or ())
+            return [r for r, t in zip(records, self.types, strict=True) if t in wanted]
+        return [r for r in records if r.position > own and (types is None or r.event.type in types)]
 
 
 def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
@@ -551,29 +585,6 @@ def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...]
             return None
         wanted.update(types)
     return tuple(sorted(wanted))
-
-
-def _stored_checkpoint(conn: Connection, projection: Projection) -> int | None:
-    """The position the file's rows of a projection have applied, or None when they cannot be used
-    (tables missing, or written by another version of the projection)."""
-    dialect = dialect_of(conn)
-    names = dialect.tables(conn, dialect.main)
-    if "projection_checkpoints" not in names or not set(projection.tables) <= names:
-        return None
-    row = conn.execute(
-        f"SELECT version, position FROM {dialect.main}.projection_checkpoints WHERE name = ?",
-        (projection.name,),
-    ).fetchone()
-    if row is None or row[0] != projection.version:
-        return None
-    return int(row[1])
-
-
-def _checkpoint(conn: Connection, projection: Projection) -> int:
-    row = conn.execute(
-        "SELECT position FROM projection_checkpoints WHERE name = ?", (projection.name,)
-    ).fetchone()
-    return int(row[0]) if row else 0
 
 
 __all__ = [

@@ -86,8 +86,12 @@ def test_a_failing_projection_leaves_the_append_stored_and_is_caught_up_later(
         conn.execute("INSERT INTO ctx_messages DEFAULT VALUES")  # a write the rollback must undo
         raise StoreError("projection failed")
 
+    def broken_remembering(self: Any, conn: sqlite3.Connection, records: Any, memo: Any) -> None:
+        broken(self, conn, records)
+
     with monkeypatch.context() as patch:
         patch.setattr(ContextIndex, "apply", broken)
+        patch.setattr(ContextIndex, "apply_remembering", broken_remembering)  # what catch_up calls
         stored = store.append("s", [MessageAppended(role="user", content="second")])
         with pytest.raises(StoreError):
             materializer(store).catch_up()

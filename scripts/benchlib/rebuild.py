@@ -77,20 +77,23 @@ def generate(
 
 
 def run_rebuild(path: Path) -> dict[str, Any]:
-    """Rebuild every projection of the store at ``path`` in a fresh process."""
+    """Rebuild every projection of the store at ``path`` in a fresh process. The process imports
+    this module and turnlog alone, not bench.py: bench.py imports every peer (the OpenAI Agents SDK
+    among them, about 80 MiB resident), which a rebuild's peak memory must not be charged for."""
     out = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).resolve().parent.parent / "bench.py"),
-            "--worker",
-            "rebuild",
-            str(path),
-        ],
+        [sys.executable, "-c", _WORKER, str(Path(__file__).resolve().parent.parent), str(path)],
         capture_output=True,
         text=True,
         check=True,
     )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+_WORKER = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); "
+    "from benchlib.rebuild import worker_rebuild; print(json.dumps(worker_rebuild(sys.argv[2])))"
+)
+"""The rebuild process's whole program: ``python -c _WORKER SCRIPTS_DIR STORE``."""
 
 
 def _high_water() -> int:
