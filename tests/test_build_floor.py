@@ -9,12 +9,12 @@ import random
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.turns import traced_build
 from turnlog import ContextPolicy, build_context
 from turnlog.projections import context_capping
 from turnlog.projections.capping import cap_text
@@ -85,16 +85,6 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, SQLit
         store.close()
 
 
-def _traced(store: SQLiteStore, policy: ContextPolicy) -> tuple[list[str], list[dict[str, Any]]]:
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    try:
-        built = build_context(store, "s", policy)
-    finally:
-        store.conn.set_trace_callback(None)
-    return statements, built.rendered
-
-
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.budget}-{p.max_tool_tokens}-{p.format}")
 @pytest.mark.parametrize("n", [60, 600])
 def test_a_warm_build_makes_at_most_eight_statements(
@@ -102,7 +92,8 @@ def test_a_warm_build_makes_at_most_eight_statements(
 ) -> None:
     store = stores[n]
     first = build_context(store, "s", policy).rendered  # catches the projections up
-    statements, rendered = _traced(store, policy)
+    statements, built = traced_build(store, "s", policy)
+    rendered = built.rendered
     assert rendered == first
     assert len(statements) <= 8, statements
     # Transaction control included: one snapshot for the whole build.
@@ -114,7 +105,7 @@ def test_the_statements_of_a_warm_build_do_not_grow_with_the_session(stores: dic
     counts = []
     for n in (60, 600):
         build_context(stores[n], "s", policy)
-        counts.append(len(_traced(stores[n], policy)[0]))
+        counts.append(len(traced_build(stores[n], "s", policy)[0]))
     assert counts[1] <= counts[0] + 1
 
 

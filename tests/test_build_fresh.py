@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.helpers.turns import traced_build
 from turnlog import ContextPolicy, build_context
 from turnlog.store import MessageAppended, SQLiteStore
 
@@ -14,12 +15,7 @@ POLICY = ContextPolicy(budget=4000)
 
 def _checks(store: SQLiteStore) -> tuple[int, list[str]]:
     """How many times a build read the checkpoints or its header, and the contents it built."""
-    statements: list[str] = []
-    store.conn.set_trace_callback(statements.append)
-    try:
-        built = build_context(store, "s", POLICY)
-    finally:
-        store.conn.set_trace_callback(None)
+    statements, built = traced_build(store, "s", POLICY)
     # The freshness check reads the checkpoints; the build's first statement (its header) the
     # live gaps among others: both only when the database may have changed.
     checks = sum("projection_checkpoints" in s or "FROM live_gaps" in s for s in statements)

@@ -14,28 +14,13 @@ import pytest
 import tiktoken
 
 import turnlog
-from tests.helpers.words import words_text
+from tests.helpers.turns import tool_turn, words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.registry import materializer
-from turnlog.store import MessageAppended, Store, ToolCall, ToolReturned
+from turnlog.store import MessageAppended, Store
 from turnlog.store.tokenizer import COUNTS_KEPT, forget_counts, load_tokenizer
 
 POLICY = ContextPolicy(budget=4000)
-
-
-def _turn(rng: random.Random, tag: str) -> list[Any]:
-    """A user message, a tool call, its output (kept whole in the context), an answer."""
-    call = f"call_{tag}"
-    return [
-        MessageAppended(role="user", content=words_text(rng, 40)),
-        MessageAppended(
-            role="assistant",
-            content="",
-            tool_calls=(ToolCall(id=call, name="read_file", arguments='{"path": "src/a.py"}'),),
-        ),
-        ToolReturned(tool_call_id=call, tool_name="read_file", content=words_text(rng, 120)),
-        MessageAppended(role="assistant", content=words_text(rng, 60)),
-    ]
 
 
 @pytest.fixture()
@@ -44,10 +29,10 @@ def store(tmp_path: Path) -> Iterator[Store]:
     rng = random.Random(5)
     events: list[Any] = [MessageAppended(role="system", content=words_text(rng, 200))]
     for i in range(30):
-        events += _turn(rng, f"old{i:03d}")
+        events += tool_turn(rng, f"old{i:03d}")
     opened.append("s", events, expected_version=0)
     build_context(opened, "s", POLICY)  # caught up, caches warm
-    opened.append("s", _turn(rng, "warm"), expected_version=opened.head_version("s"))
+    opened.append("s", tool_turn(rng, "warm"), expected_version=opened.head_version("s"))
     build_context(opened, "s", POLICY)  # a turn's catch-up has run: a session going on
     yield opened
     opened.close()
@@ -73,7 +58,7 @@ def test_a_turns_new_texts_are_tokenized_once(store: Store, monkeypatch: pytest.
     forget_counts()  # the texts of the session's setup are not remembered: every count is made here
     counting = _Counting(monkeypatch)
     conn = store.conn  # type: ignore[attr-defined]
-    turn = _turn(random.Random(11), "new")
+    turn = tool_turn(random.Random(11), "new")
     store.append("s", turn, expected_version=store.head_version("s"))
     assert counting.texts == []  # a durable append leaves the counts to the next read
     statements: list[str] = []
@@ -145,14 +130,15 @@ def test_what_a_turns_catch_up_remembers_follows_other_writers(store: Store) -> 
     try:
         for i, between in enumerate(("nothing", "another writer", "a rebuild", "a reset", "nothing")):
             if between == "another writer":
-                turn = _turn(random.Random(i), f"other{i}")
+                turn = tool_turn(random.Random(i), f"other{i}")
                 other.append("s", turn, expected_version=other.head_version("s"))
                 build_context(other, "s", POLICY)
             elif between == "a rebuild":
                 materializer(other).rebuild()
             elif between == "a reset":
                 materializer(other).reset()
-            store.append("s", _turn(random.Random(i), f"mine{i}"), expected_version=store.head_version("s"))
+            mine = tool_turn(random.Random(i), f"mine{i}")
+            store.append("s", mine, expected_version=store.head_version("s"))
             built = build_context(store, "s", POLICY)
             assert materializer(store).differences() == [], between
             with turnlog.open_store(path) as fresh:

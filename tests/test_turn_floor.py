@@ -15,34 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnlog
-from tests.helpers.words import words_text
+from tests.helpers.turns import tool_turn, words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.artifact_index import cap_entries, chars_omitted, within_chars
-from turnlog.store import MessageAppended, Store, ToolCall, ToolReturned
+from turnlog.store import MessageAppended, Store
 
 POLICY = ContextPolicy(budget=8000)
-
-
-def _turn(rng: random.Random, tag: str, path: str) -> list[Any]:
-    """A user message, a tool call whose output is large enough to be kept as an artifact, the
-    output, and the assistant's answer."""
-    call = f"call_{tag}"
-    return [
-        MessageAppended(role="user", content=words_text(rng, 40)),
-        MessageAppended(
-            role="assistant",
-            content="",
-            tool_calls=(ToolCall(id=call, name="read_file", arguments=f'{{"path": "{path}"}}'),),
-        ),
-        ToolReturned(tool_call_id=call, tool_name="read_file", content=words_text(rng, 3000)),
-        MessageAppended(role="assistant", content=words_text(rng, 60)),
-    ]
 
 
 def _session(rng: random.Random, turns: int) -> Iterator[Any]:
     yield MessageAppended(role="system", content=words_text(rng, 300))
     for i in range(turns):
-        yield from _turn(rng, f"{i:05d}", f"src/module_{i % 97}/file_{i}.py")
+        yield from tool_turn(rng, f"{i:05d}", path=f"src/module_{i % 97}/file_{i}.py", output_words=3000)
 
 
 def _store(path: Path, turns: int) -> Store:
@@ -67,7 +51,7 @@ def _measure(store: Store, tag: str) -> tuple[list[str], int, list[dict[str, Any
     conn.set_trace_callback(statements.append)
     conn.set_progress_handler(step, 1)
     try:
-        turn = _turn(random.Random(9), tag, "src/new.py")
+        turn = tool_turn(random.Random(9), tag, path="src/new.py", output_words=3000)
         store.append("s", turn, expected_version=store.head_version("s"))
         built = build_context(store, "s", POLICY)
     finally:
