@@ -39,6 +39,18 @@ from turnlog.store.errors import InvalidEventError, StoreError, VersionConflictE
 from turnlog.store.pg_batch import StatementBatch
 from turnlog.store.pg_chain import FLUSH, place_durably, place_unplaced, placed_rows, queue_placing
 from turnlog.store.pg_connection import Connection, suppress_closed, translate, translated
+from turnlog.store.pg_fast import (
+    COPY_ROWS,
+    FAST_FAIL,
+    MAX_FAST_ROWS,
+    NeedsRead,
+    NoReads,
+    Stale,
+    Tips,
+    copy_rows,
+    insert_placed,
+    is_stale,
+)
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.rows import gc_paused
@@ -82,29 +94,23 @@ _TRY_ALL_LOCKS = {
     f"FROM (SELECT max(version) AS v FROM {EVENT_TABLE} WHERE session_id = %s) AS h"
     for wanted in (0, 1, 2)
 }
-# The one-round-trip append's checks (store.pg_append.PgAppendingStore._planned): each fails, ending
-# the batch, unless the locks were free (the session's, the placing one, with projections the
-# store's) and, read after them, the heads are the ones the batch was linked to, with no row
-# waiting for its place. A text that is not a number, cast at run time, is the failure.
-_FAST_MARK = "turnlog: one-round-trip append"
-_FAST_FAIL = f"('{_FAST_MARK}: ' || pg_backend_pid())::int"
-_FAST_LOCKS = (
-    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
-    f"THEN 0 ELSE {_FAST_FAIL} END"
-)
-_FAST_LOCKS_ALL = (
-    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
-    f"AND pg_try_advisory_xact_lock(%s) THEN 0 ELSE {_FAST_FAIL} END"
-)
 # The same for a batch inserted unplaced (other writers keep moving the order): the session's lock
 # and head only; the placing follows the commit (store.pg_chain.place_durably).
 _FAST_SESSION_LOCK = (
-    f"SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN 0 ELSE {_FAST_FAIL} END"
+    f"SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) THEN 0 ELSE {FAST_FAIL} END"
+)
+_FAST_LOCKS = (
+    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
+    f"THEN 0 ELSE {FAST_FAIL} END"
+)
+_FAST_LOCKS_ALL = (
+    "SELECT CASE WHEN pg_try_advisory_xact_lock(%s, hashtext(%s)) AND pg_try_advisory_xact_lock(%s) "
+    f"AND pg_try_advisory_xact_lock(%s) THEN 0 ELSE {FAST_FAIL} END"
 )
 _FAST_SESSION_HEAD = (
     "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
     f"{EVENT_TABLE} WHERE session_id = %s ORDER BY version DESC LIMIT 1) AS s "
-    f"WHERE s.version = %s AND s.hash = %s) THEN 0 ELSE {_FAST_FAIL} END"
+    f"WHERE s.version = %s AND s.hash = %s) THEN 0 ELSE {FAST_FAIL} END"
 )
 _FAST_HEADS = (
     "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
@@ -112,7 +118,7 @@ _FAST_HEADS = (
     "WHERE s.version = %s AND s.hash = %s) AND EXISTS (SELECT 1 FROM (SELECT position, order_hash "
     f"FROM {EVENT_TABLE} WHERE position IS NOT NULL ORDER BY position DESC LIMIT 1) AS g "
     "WHERE g.position = %s AND g.order_hash = %s) "
-    f"AND NOT EXISTS (SELECT 1 FROM {EVENT_TABLE} WHERE position IS NULL) THEN 0 ELSE {_FAST_FAIL} END"
+    f"AND NOT EXISTS (SELECT 1 FROM {EVENT_TABLE} WHERE position IS NULL) THEN 0 ELSE {FAST_FAIL} END"
 )
 _NOT_STORED = "nothing of the batch was stored; retry it"
 _PLACING = (
@@ -123,95 +129,6 @@ _MAYBE_STORED = (
     "the batch was stored whole or not at all: retry it with the same event ids (a batch already "
     "stored is returned, not stored twice)"
 )
-
-
-class _Stale(Exception):
-    """The heads a one-round-trip append was linked to had moved (or a lock was taken): nothing
-    was stored, and the append takes the long way."""
-
-
-def _is_stale(exc: BaseException) -> bool:
-    return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and _FAST_MARK in str(exc)
-
-
-class _NeedsRead(Exception):
-    """A check of the batch needs to read the log: not a one-round-trip append."""
-
-
-class _NoReads:
-    """The append rules' questions when nothing may be read (store.append_rules.EventLookup): a
-    session's lineage already known, else :class:`_NeedsRead`."""
-
-    __slots__ = ("cache",)
-
-    def __init__(self, cache: dict[str, Segments]) -> None:
-        self.cache = cache
-
-    def event_facts(self, event_id: str) -> tuple[str, int, str] | None:
-        raise _NeedsRead
-
-    def lineage(self, session_id: str) -> Segments:
-        found = self.cache.get(session_id)
-        if found is None:
-            raise _NeedsRead
-        return found
-
-    def head_version(self, session_id: str) -> int:
-        raise _NeedsRead
-
-    def hash_of(self, session_id: str, version: int) -> str | None:
-        raise _NeedsRead
-
-
-class _Tips:
-    """The heads this store object's last placed appends left: each session's (version, hash), and
-    the order's (position, order hash). Only a guess: the server checks it (stale, it costs the
-    append one failed round trip), so threads may share it without a lock."""
-
-    __slots__ = ("misses", "order", "sessions", "skip")
-
-    LIMIT = 4096
-    """Sessions remembered (all are forgotten past it: a worker's few live sessions come back)."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, tuple[int, str]] = {}
-        self.order: tuple[int, str] | None = None
-        self.misses = 0
-        """One-round-trip appends that found the heads moved, one after the other."""
-        self.skip = 0
-        """Appends left to take the long way without trying: where other writers keep moving the
-        order, a try mostly costs a round trip, so each miss in a row doubles the wait (to 64)."""
-
-    def ready(self) -> bool:
-        """Whether to try the next append in one round trip."""
-        if self.skip:
-            self.skip -= 1
-            return False
-        return True
-
-    def missed(self, session_id: str) -> None:
-        self.forget(session_id)
-        self.misses = min(self.misses + 1, 6)
-        self.skip = 2**self.misses
-
-    def remember(self, session_id: str, batch: LinkedBatch) -> None:
-        last = batch.rows[-1]  # in INSERT_COLUMNS' order
-        if len(self.sessions) >= self.LIMIT:
-            self.sessions.clear()
-        self.sessions[session_id] = (int(last[2]), str(last[11]))
-        self.order = None if last[0] is None else (int(last[0]), str(last[13]))
-
-    def placed(self, session_id: str, last: RecordedEvent, order: tuple[int, str]) -> None:
-        """An append placed after its commit: its session's head, and the order's as its placing
-        left it (a guess, as every tip: the next try finds whether another writer moved it)."""
-        if len(self.sessions) >= self.LIMIT:
-            self.sessions.clear()
-        self.sessions[session_id] = (last.version, last.hash)
-        self.order = order if order[0] else None
-
-    def forget(self, session_id: str) -> None:
-        self.sessions.pop(session_id, None)
-        self.order = None
 
 
 class _Lookup:
@@ -292,14 +209,17 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         with self.connection() as conn:
             planned = self._planned(conn, session_id, prepared, expected_version, times)
             if planned is not None:
-                insert, batch, within = planned
+                insert, batch, within, heads = planned
                 try:
-                    if batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
+                    if insert is None:  # one prepared statement (store.pg_fast)
+                        alone = self._insert_placed(conn, batch, heads)
+                    elif batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
                         return self._with_positions(
                             session_id, batch, self._commit_placing(conn, insert, batch)
                         )
-                    alone = self._commit(conn, insert, batch, within, committing=not within)
-                except _Stale:
+                    else:
+                        alone = self._commit(conn, insert, batch, within, committing=not within)
+                except Stale:
                     self._tips().missed(session_id)  # another writer appended: the long way
                 else:
                     self._tips().misses = 0
@@ -370,18 +290,17 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _commit_placing(
         self, conn: Connection, insert: StatementBatch, batch: LinkedBatch
     ) -> tuple[int, str, dict[str, int]]:
-        """Queue the unplaced inserts, COMMIT and the placing with its flush (store.pg_chain:
-        queue_placing) after what ``insert`` holds, and send them: one round trip. A failure before
-        the COMMIT stores nothing (_Stale, StoredEventId as in :meth:`_commit`); a lost connection
+        """Queue the unplaced inserts and their placing (with every other waiting row), the COMMIT
+        (``synchronous_commit = off``: the placing lock is not held through a flush) and then the
+        flush that makes both durable (store.pg_chain: queue_placing) after what ``insert`` holds,
+        and send them: one round trip, one transaction and its flush. A failure before the COMMIT
+        stores nothing (Stale, StoredEventId as in :meth:`_commit`); a lost connection
         may have stored the batch, unplaced or placed (a retry finds it; the next append or verify
         places what waits)."""
         try:
             insert.execute("SET LOCAL synchronous_commit = off")  # the placing's flush covers it
-            if batch.blobs:
-                insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
-            insert.executemany(_INSERT_EVENT, batch.rows)
-            insert.execute("COMMIT")
-            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records])
+            self._queue_rows(conn, insert, batch)
+            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records], joined=True)
             insert.send()
             return placed_rows(placed.fetchall())
         except BaseException as exc:
@@ -394,16 +313,14 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         """Queue the inserts (after what ``insert`` holds already), the projections' rows when
         ``within``, and the COMMIT, and send them: one round trip. Returns whether the events
         committed alone (the projections' part failed and was rolled back); raises the StoreError
-        of a failure (StoredEventId for an event id already stored; _Stale when a one-round-trip
+        of a failure (StoredEventId for an event id already stored; Stale when a one-round-trip
         append found the heads moved)."""
         try:
             if batch.rows[-1][0] is None:
                 # Unplaced rows are seen by no reader, and the placing's flush (store.pg_chain:
                 # place_durably, before the append returns) makes them durable with it: one flush.
                 insert.execute("SET LOCAL synchronous_commit = off")
-            if batch.blobs:
-                insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
-            insert.executemany(_INSERT_EVENT, batch.rows)
+            self._queue_rows(conn, insert, batch)
             if not within:
                 insert.execute("COMMIT")
                 insert.send()
@@ -426,7 +343,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     raise  # lost (the message says whether it may be stored), or committed
                 first = insert.errors[0] if insert.errors else exc
                 committing = False
-                if _is_stale(first):
+                if is_stale(first):
                     raise first from None
                 try:
                     conn.execute("ROLLBACK TO SAVEPOINT turnlog_within")
@@ -438,13 +355,25 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         except BaseException as exc:
             self._failed(conn, exc, committing=committing)
 
+    def _queue_rows(self, conn: Connection, insert: StatementBatch, batch: LinkedBatch) -> None:
+        """Queue the batch's inserts on ``insert``; a large batch is sent first (what ``insert``
+        holds, then its blobs) and its events copied (store.pg_fast.copy_rows), in the same
+        transaction: statements queued after it follow in a round trip of their own."""
+        if batch.blobs:
+            insert.executemany(_INSERT_BLOB, list(batch.blobs.values()))
+        if len(batch.rows) <= COPY_ROWS:
+            insert.executemany(_INSERT_EVENT, batch.rows)
+            return
+        insert.send()
+        copy_rows(conn, batch.rows)
+
     def _failed(self, conn: Connection, exc: BaseException, *, committing: bool) -> NoReturn:
         """Raise what ``exc`` means, the transaction rolled back (``committing``: the COMMIT had
         been sent, so the batch may be stored). Called in the ``except`` block that caught it."""
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             suppress_closed(lambda: conn.execute("ROLLBACK"))
-        if _is_stale(exc):
-            raise _Stale from None
+        if is_stale(exc):
+            raise Stale from None
         if (
             isinstance(exc, psycopg.errors.UniqueViolation)
             and exc.diag.constraint_name == "events_event_id_key"
@@ -454,10 +383,25 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             raise translated(exc, self.where, _MAYBE_STORED if committing else _NOT_STORED) from exc
         raise exc
 
-    def _tips(self) -> _Tips:
-        found: _Tips | None = vars(self).get("_known_tips")
+    def _insert_placed(self, conn: Connection, batch: LinkedBatch, heads: Heads) -> bool:
+        """The one-statement append of a batch placed in its own transaction (store.pg_fast);
+        False: the events committed with their projections' rows (there are none here)."""
+        try:
+            insert_placed(
+                conn,
+                batch,
+                (self.session_lock_space, batch.records[0].session_id, self.place_key),
+                (heads.version, heads.prev_hash),
+                (heads.position or 0, heads.order_hash),
+            )
+        except BaseException as exc:
+            self._failed(conn, exc, committing=True)
+        return False
+
+    def _tips(self) -> Tips:
+        found: Tips | None = vars(self).get("_known_tips")
         if found is None:
-            found = self.__dict__.setdefault("_known_tips", _Tips())
+            found = self.__dict__.setdefault("_known_tips", Tips())
         return found
 
     def _planned(
@@ -467,7 +411,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         prepared: list[Prepared],
         expected_version: Expected,
         times: list[str] | None,
-    ) -> tuple[StatementBatch, LinkedBatch, bool] | None:
+    ) -> tuple[StatementBatch | None, LinkedBatch, bool, Heads] | None:
         """The one-round-trip append, when this store object's last append of the session left its
         heads (the session's version and hash, the order's position and hash) and the batch's
         checks need nothing read: BEGIN, the locks tried and the heads compared by the server (a
@@ -488,25 +432,21 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         try:
             check_expected_head(session_id, expected_version, head)
             with gc_paused():
-                check_semantics(_NoReads(self._lineages), session_id, head, prepared, new_session=False)
-        except (_NeedsRead, StoreError):
+                check_semantics(NoReads(self._lineages), session_id, head, prepared, new_session=False)
+        except (NeedsRead, StoreError):
             return None  # the long way reads what it needs, and raises what is wrong
         within = placing and self.has_within_hooks()
+        heads = Heads(head, prev_hash, position, order_hash)
         with gc_paused():
-            batch = link_batch(
-                session_id,
-                prepared,
-                Heads(head, prev_hash, position, order_hash),
-                salt=self.salt,
-                recorded_at=now(),
-                times=times,
-            )
+            batch = link_batch(session_id, prepared, heads, salt=self.salt, recorded_at=now(), times=times)
+        if placing and not within and len(prepared) <= MAX_FAST_ROWS:
+            return None, batch, False, heads  # one prepared statement (store.pg_fast)
         insert = StatementBatch(conn)
         insert.execute("BEGIN")
         if not placing:
             insert.execute(_FAST_SESSION_LOCK, (self.session_lock_space, session_id))
             insert.execute(_FAST_SESSION_HEAD, (session_id, head, prev_hash))
-            return insert, batch, False
+            return insert, batch, False, heads
         if within:
             insert.execute(
                 _FAST_LOCKS_ALL, (self.session_lock_space, session_id, self.place_key, self.lock_key)
@@ -514,7 +454,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         else:
             insert.execute(_FAST_LOCKS, (self.session_lock_space, session_id, self.place_key))
         insert.execute(_FAST_HEADS, (session_id, head, prev_hash, position, order_hash))
-        return insert, batch, within
+        return insert, batch, within, heads
 
     def _begin(
         self, conn: Connection, session_id: str, expected: int | None, wanted: int
