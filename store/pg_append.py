@@ -8,10 +8,11 @@ advisory lock (writers of one session take turns; versions and the session's cha
 ``turnlog.open_store`` registers none, and applies the projections at the next read). With the
 placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
 the global order in its own transaction, after any committed rows still waiting: one transaction,
-one commit. When another writer holds the placing lock, or other writers were seen moving the order
-lately, the rows are inserted unplaced and committed side by side with the other writers', then
-placed right after with every other waiting row, without holding the placing lock through a flush
-(store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
+one commit (one prepared statement when the heads are known: store.pg_fast). When another writer
+holds the placing lock, or other writers were seen moving the order lately, the rows are inserted
+unplaced, then placed with every other waiting row (in their transaction, or right after its
+commit), without holding the placing lock through a flush (store.pg_chain.place_durably: one flush
+makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
