@@ -16,6 +16,7 @@ row the other writer stored (nothing of it is stored) and takes the long way, li
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import psycopg
@@ -71,6 +72,10 @@ def placed_insert_sql(rows: int, blobs: int) -> str:
     return "".join(parts)
 
 
+_CURSORS: weakref.WeakKeyDictionary[Connection, Any] = weakref.WeakKeyDictionary()
+"""A cursor kept per pooled connection for the statement (one thread uses a connection at a time):
+``conn.execute`` would make a cursor, and its map of adapters, at every append."""
+
 MAX_FAST_ROWS = 64
 """The largest batch the statement takes (a larger one takes the long way: few appends are that
 large, and each size is a statement prepared on every connection)."""
@@ -92,8 +97,11 @@ def insert_placed(
         params.extend(blob)
     for row in batch.rows:
         params.extend(row)
+    cursor = _CURSORS.get(conn)
+    if cursor is None or cursor.closed:
+        cursor = _CURSORS[conn] = conn.cursor()
     try:
-        conn.execute(placed_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
+        cursor.execute(placed_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
     except psycopg.errors.UniqueViolation as exc:
         if exc.diag.constraint_name in _STALE_KEYS:
             raise Stale from None
