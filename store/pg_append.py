@@ -10,9 +10,9 @@ placing lock (no other writer is placing rows: the common case of one writer), i
 the global order in its own transaction, after any committed rows still waiting: one transaction,
 one commit (one prepared statement when the heads are known: store.pg_fast). When another writer
 holds the placing lock, or other writers were seen moving the order lately, the rows are inserted
-unplaced, then placed with every other waiting row (in their transaction, or right after its
-commit), without holding the placing lock through a flush (store.pg_chain.place_durably: one flush
-makes the rows and their placing durable)."""
+unplaced and committed side by side with the other writers', then placed right after with every
+other waiting row, without holding the placing lock through a flush (store.pg_chain.place_durably:
+one flush makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
@@ -291,17 +291,16 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _commit_placing(
         self, conn: Connection, insert: StatementBatch, batch: LinkedBatch
     ) -> tuple[int, str, dict[str, int]]:
-        """Queue the unplaced inserts and their placing (with every other waiting row), the COMMIT
-        (``synchronous_commit = off``: the placing lock is not held through a flush) and then the
-        flush that makes both durable (store.pg_chain: queue_placing) after what ``insert`` holds,
-        and send them: one round trip, one transaction and its flush. A failure before the COMMIT
-        stores nothing (Stale, StoredEventId as in :meth:`_commit`); a lost connection
+        """Queue the unplaced inserts, COMMIT and the placing with its flush (store.pg_chain:
+        queue_placing) after what ``insert`` holds, and send them: one round trip. A failure before
+        the COMMIT stores nothing (Stale, StoredEventId as in :meth:`_commit`); a lost connection
         may have stored the batch, unplaced or placed (a retry finds it; the next append or verify
         places what waits)."""
         try:
             insert.execute("SET LOCAL synchronous_commit = off")  # the placing's flush covers it
             self._queue_rows(conn, insert, batch)
-            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records], joined=True)
+            insert.execute("COMMIT")
+            placed = queue_placing(insert, self.place_key, [r.event_id for r in batch.records])
             insert.send()
             return placed_rows(placed.fetchall())
         except BaseException as exc:

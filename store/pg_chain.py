@@ -65,17 +65,11 @@ def place_durably(
     return placed_rows(placed.fetchall())
 
 
-def queue_placing(
-    batch: StatementBatch, place_key: int, event_ids: Sequence[str], *, joined: bool = False
-) -> Result:
+def queue_placing(batch: StatementBatch, place_key: int, event_ids: Sequence[str]) -> Result:
     """Queue :func:`place_durably`'s statements on ``batch`` (after a COMMIT, or first): the result
-    holds the rows :func:`placed_rows` reads. ``joined``: the placing ends the transaction open on
-    ``batch`` (its inserts, committed with ``synchronous_commit = off``) instead of a transaction
-    of its own after their commit: the placing lock is still held for CPU time only, and the
-    append is one transaction and its flush, not two and a flush."""
-    if not joined:
-        batch.execute("BEGIN")
-        batch.execute("SET LOCAL synchronous_commit = off")
+    holds the rows :func:`placed_rows` reads."""
+    batch.execute("BEGIN")
+    batch.execute("SET LOCAL synchronous_commit = off")
     placed = batch.execute(_PLACE, (place_key, list(event_ids)))
     batch.execute("COMMIT")
     batch.execute("BEGIN")
