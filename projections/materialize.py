@@ -362,7 +362,10 @@ class Materializer:
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
-                with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
+                # The collector paused for the whole batch, its read included: a batch's records all
+                # live until it ends, and a collection between the read and the applies walked them
+                # all (about 5% of a rebuild's CPU, one collection a batch).
+                with gc_paused(), self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     # Read inside the write lock: another process may have advanced them meanwhile.
                     limit, kept = watermark_and_checkpoints(conn)
                     if pending is not None:
@@ -408,9 +411,7 @@ class Materializer:
                     by_type = TypeFilter(records)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
-                    # The collector paused: a batch's rows and records all live until it ends, and
-                    # each collection would walk them again (about 5% of a rebuild's CPU).
-                    with dialect_of(conn).pipeline(conn), gc_paused():
+                    with dialect_of(conn).pipeline(conn):
                         moved = []
                         for projection in self.projections:
                             own = starts[projection.name]
