@@ -154,6 +154,10 @@ class ContextIndex(Projection):
             return found
 
         rows: list[tuple[object, ...]] = []
+        # ctx_calls rows written together (see _flush_calls): a call's row, with its return when the
+        # return comes in the same apply, and the returns of calls whose rows are stored already.
+        new_calls: dict[tuple[str, str, int], list[int | None]] = {}
+        answered: list[tuple[int, int, str, str, int]] = []
         for record in records:
             event = record.event
             sid = record.session_id
@@ -161,6 +165,7 @@ class ContextIndex(Projection):
             fork = fork_of(conn, record)
             if fork is not None:
                 _flush(conn, rows)
+                _flush_calls(conn, new_calls, answered)
                 _copy_prefix(conn, fork, sid)
                 states.pop(sid, None)  # its totals are the copied rows'
             elif isinstance(event, MessageAppended):
@@ -176,12 +181,8 @@ class ContextIndex(Projection):
                      int(event.name is not None), len(calls), None, tokens, st.messages, st.tokens,
                      record.event_id, len(event.content), int(whole))
                 )  # fmt: skip
-                if calls:
-                    conn.executemany(
-                        "INSERT INTO ctx_calls (session_id, call_id, call_version) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING",
-                        [(sid, call.id, record.version) for call in calls],
-                    )
+                for call in calls:
+                    new_calls.setdefault((sid, call.id, record.version), [None, None])
                 if st.calls is not None:
                     for call in calls:
                         versions = st.calls.setdefault(call.id, [])
@@ -195,6 +196,7 @@ class ContextIndex(Projection):
                 st.tokens += tokens
                 # A return answers the latest unanswered call with its id (ids can repeat).
                 if st.calls is None and st.remembered:
+                    _flush_calls(conn, new_calls, answered)
                     st.calls = _open_calls(conn, sid)
                 answers: int | None
                 if st.calls is not None:
@@ -205,6 +207,7 @@ class ContextIndex(Projection):
                         # otherwise hold every call id of every session.
                         del st.calls[event.tool_call_id]
                 else:
+                    _flush_calls(conn, new_calls, answered)
                     found = conn.execute(
                         "SELECT call_version FROM ctx_calls WHERE session_id = ? AND call_id = ? "
                         "AND return_version IS NULL ORDER BY call_version DESC LIMIT 1",
@@ -212,11 +215,11 @@ class ContextIndex(Projection):
                     ).fetchone()
                     answers = None if found is None else int(found[0])
                 if answers is not None:
-                    conn.execute(
-                        "UPDATE ctx_calls SET return_version = ?, return_position = ? "
-                        "WHERE session_id = ? AND call_id = ? AND call_version = ?",
-                        (record.version, record.position, sid, event.tool_call_id, answers),
-                    )
+                    pending = new_calls.get((sid, event.tool_call_id, answers))
+                    if pending is not None:
+                        pending[0], pending[1] = record.version, record.position
+                    else:
+                        answered.append((record.version, record.position, sid, event.tool_call_id, answers))
                 rows.append(
                     (sid, record.version, record.position, "tool", 0, 0, 0,
                      answers, tokens, st.messages, st.tokens, record.event_id,
@@ -264,6 +267,7 @@ class ContextIndex(Projection):
             if len(rows) >= 1000 or isinstance(event, (MessagePinned, MessageUnpinned)):
                 _flush(conn, rows)
         _flush(conn, rows)
+        _flush_calls(conn, new_calls, answered)
         for st in loaded:
             st.remembered = True
 
@@ -303,6 +307,31 @@ def _flush(conn: Connection, rows: list[tuple[object, ...]]) -> None:
     if rows:
         conn.executemany("INSERT INTO ctx_messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         rows.clear()
+
+
+def _flush_calls(
+    conn: Connection,
+    new_calls: dict[tuple[str, str, int], list[int | None]],
+    answered: list[tuple[int, int, str, str, int]],
+) -> None:
+    """Write the ctx_calls rows an apply kept back: two statements for a batch instead of one per
+    call message and one per return. Done before anything reads ctx_calls (and at the apply's
+    end). A call's (session, id, version) is one event's, so no stored row can conflict with a
+    new one (ON CONFLICT: the same id twice in one message, kept once, as before)."""
+    if new_calls:
+        conn.executemany(
+            "INSERT INTO ctx_calls (session_id, call_id, call_version, return_version, return_position) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [(*key, *answer) for key, answer in new_calls.items()],
+        )
+        new_calls.clear()
+    if answered:
+        conn.executemany(
+            "UPDATE ctx_calls SET return_version = ?, return_position = ? "
+            "WHERE session_id = ? AND call_id = ? AND call_version = ?",
+            answered,
+        )
+        answered.clear()
 
 
 def _pin(conn: Connection, sid: str, version: int, position: int, reason: str | None) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from turnlog.projections.batch_types import TypeFilter, union_types
 from turnlog.projections.checkpoints import POSITIONS as _POSITIONS
 from turnlog.projections.checkpoints import (
     checkpoint_of,
@@ -361,7 +362,10 @@ class Materializer:
         while True:
             try:
                 # Not durable: the rows are remade from the log if a power loss takes them back.
-                with self.store.atomic(durable=False, wait=reading or not fresh) as conn:
+                # The collector paused for the whole batch, its read included: a batch's records all
+                # live until it ends, and a collection between the read and the applies walked them
+                # all (about 5% of a rebuild's CPU, one collection a batch).
+                with gc_paused(), self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     # Read inside the write lock: another process may have advanced them meanwhile.
                     limit, kept = watermark_and_checkpoints(conn)
                     if pending is not None:
@@ -380,7 +384,7 @@ class Materializer:
                     end = min(limit, start + BATCH)
                     if end <= start:
                         return start
-                    wanted = _union_types(p.types for p in self.projections if starts[p.name] < end)
+                    wanted = union_types(p.types for p in self.projections if starts[p.name] < end)
                     remembering: dict[str, dict[Any, Any]] | None = None
                     own_turn = False
                     if fresh and start == after and end == fresh[-1].position:
@@ -404,12 +408,10 @@ class Materializer:
                             carried = {p.name: {} for p in self.projections}
                         remembering = carried
                     carried_at = -1  # until this batch commits
-                    by_type = _TypeFilter(records)
+                    by_type = TypeFilter(records)
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
-                    # The collector paused: a batch's rows and records all live until it ends, and
-                    # each collection would walk them again (about 5% of a rebuild's CPU).
-                    with dialect_of(conn).pipeline(conn), gc_paused():
+                    with dialect_of(conn).pipeline(conn):
                         moved = []
                         for projection in self.projections:
                             own = starts[projection.name]
@@ -465,7 +467,7 @@ class Materializer:
                     break
                 start = min(self._folded[p.name] for p in behind)
                 end = min(limit, start + BATCH)
-                records = records_between(conn, start, end, _union_types(p.types for p in behind))
+                records = records_between(conn, start, end, union_types(p.types for p in behind))
                 for projection in behind:
                     own = self._folded[projection.name]
                     if own >= end:
@@ -554,37 +556,6 @@ def _server_dialect(conn: Connection) -> PostgresDialect:
     if not isinstance(dialect, PostgresDialect):
         raise TypeError(f"not a server's connection: {dialect.name}")
     return dialect
-
-
-class _TypeFilter:
-    """A batch of records, and each one's type read once: every projection takes its own types from
-    it (a rebuild's batch is read once for all of them)."""
-
-    __slots__ = ("records", "types")
-
-    def __init__(self, records: list[RecordedEvent]) -> None:
-        self.records = records
-        self.types = [r.event.type for r in records]
-
-    def after(self, types: tuple[str, ...] | None, own: int, start: int) -> list[RecordedEvent]:
-        """The records a projection at checkpoint ``own`` takes from the batch read after ``start``:
-        most often all of them (a rebuild, a catch-up), passed on without a filtering pass."""
-        records = self.records
-        if own <= start and types is None:
-            return records
-        if own <= start:
-            wanted = frozenset(types or ())
-            return [r for r, t in zip(records, self.types, strict=True) if t in wanted]
-        return [r for r in records if r.position > own and (types is None or r.event.type in types)]
-
-
-def _union_types(type_sets: Iterable[tuple[str, ...] | None]) -> tuple[str, ...] | None:
-    wanted: set[str] = set()
-    for types in type_sets:
-        if types is None:
-            return None
-        wanted.update(types)
-    return tuple(sorted(wanted))
 
 
 __all__ = [

@@ -8,6 +8,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from pydantic import ValidationError
@@ -229,6 +230,33 @@ def _validator(etype: str) -> Any:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
 
 
+_RECORD_FIELDS = ("position", "session_id", "version", "event", "tokens", "recorded_at", "prev_hash", "hash")
+if tuple(f.name for f in dataclass_fields(RecordedEvent)) != _RECORD_FIELDS:  # pragma: no cover
+    raise RuntimeError("store.rows._make_record: RecordedEvent's fields changed; update _RECORD_FIELDS")
+_new = object.__new__
+(_set_pos, _set_sid, _set_version, _set_event, _set_tokens, _set_at, _set_prev, _set_hash) = (
+    getattr(RecordedEvent, name).__set__ for name in _RECORD_FIELDS
+)
+
+
+def _make_record(
+    pos: int, sid: str, version: int, event: Any, tokens: int | None, at: str, prev: str, digest: str
+) -> RecordedEvent:
+    """RecordedEvent(...) without the frozen dataclass's ``__init__``, which sets each field with
+    the generic ``object.__setattr__`` (about half of a record's making, its event apart): each
+    slot is set through its own descriptor. Reads make one record per stored row."""
+    record = _new(RecordedEvent)
+    _set_pos(record, pos)
+    _set_sid(record, sid)
+    _set_version(record, version)
+    _set_event(record, event)
+    _set_tokens(record, tokens)
+    _set_at(record, at)
+    _set_prev(record, prev)
+    _set_hash(record, digest)
+    return record
+
+
 def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEvent:
     """The record a stored row holds. ``trusted``: the row was validated when it was appended, so
     the JSON depth checks are not run again (see store.limits.STORED); every other check is, and a
@@ -236,14 +264,16 @@ def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEven
     (pos, sid, version, event_id, etype, sv, payload, blob_id, tokens, at, prev, digest) = row[:12]
     context = STORED if trusted else None
     try:
-        validator = _validator(etype)
+        validator = _VALIDATORS.get(etype) or _validator(etype)
         if validator is not None and CURRENT_VERSIONS[etype] == sv and payload[:1] == "{":
             if blob_id is None:
                 # The common case, parsed and validated in one pass by pydantic's JSON parser: the
                 # event id is spliced into the stored payload text (the type is the class's default).
                 quoted = f'"{event_id}"' if _PLAIN_ID.fullmatch(event_id) else json.dumps(event_id)
-                rest = "}" if payload == "{}" else "," + payload[1:]
-                event = validator.validate_json(f'{{"event_id":{quoted}{rest}', context=context)
+                if payload == "{}":
+                    event = validator.validate_json(f'{{"event_id":{quoted}}}', context=context)
+                else:
+                    event = validator.validate_json(f'{{"event_id":{quoted},{payload[1:]}', context=context)
             else:
                 body = json.loads(payload)
                 body["event_id"] = event_id
@@ -265,7 +295,7 @@ def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEven
         raise CorruptStoreError(
             f"position {pos}: stored token count {tokens} is out of range; run `turnlog verify`"
         )
-    return RecordedEvent(pos, sid, version, event, tokens, at, prev, digest)
+    return _make_record(pos, sid, version, event, tokens, at, prev, digest)
 
 
 PAYLOAD_JOIN = (
