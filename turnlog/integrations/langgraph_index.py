@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from turnlog.integrations.langgraph_blobs import references
 from turnlog.projections.langgraph_index import (
     FRAMEWORK,
     CheckpointRow,
@@ -78,7 +79,10 @@ class LatestCheckpoint:
     """Pending writes of that checkpoint and of any greater id (a checkpoint's writes may be put
     before it), by checkpoint id, then by (task id, idx) as the index keys them."""
     states: dict[int, StateRecorded] = field(default_factory=dict)
-    """The state events of the row and of those writes, by session version."""
+    """The state events of the row, of the earlier checkpoints whose blobs it refers to
+    (integrations.langgraph_blobs), and of those writes, by session version."""
+    refs: set[int] = field(default_factory=set)
+    """The session versions the row's checkpoint is read from."""
 
     def put(self, row: CheckpointRow, state: StateRecorded) -> None:
         """A checkpoint stored (again, if its id is known: it replaces the first)."""
@@ -88,6 +92,7 @@ class LatestCheckpoint:
             self.writes = {cid: rows for cid, rows in self.writes.items() if cid >= row[2]}
         self.row = row
         self.states[row[4]] = state
+        self.refs = references(row[4], state)
         self._forget_unused()
 
     def write(self, checkpoint_id: str, replace: bool, rows: list[WriteRow], state: StateRecorded) -> None:
@@ -108,8 +113,7 @@ class LatestCheckpoint:
 
     def _forget_unused(self) -> None:
         used = {w[2] for rows in self.writes.values() for w in rows.values()}
-        if self.row is not None:
-            used.add(self.row[4])
+        used |= self.refs
         self.states = {v: s for v, s in self.states.items() if v in used}
 
 

@@ -190,7 +190,7 @@ class SaverLog:
             try:
                 head, events, count = self._events(sid, thread, batch)
                 checked = any(w.messages is not None for w in batch[:count])
-                self.append(sid, head, events, check=checked)
+                records = self.append(sid, head, events, check=checked)
             except VersionConflictError:
                 self.thread(sid, fresh=True)  # another writer appended: look again
                 continue
@@ -203,7 +203,9 @@ class SaverLog:
                         write.error = exc
                 batch = batch[count:]
                 continue
+            at = {r.event.event_id: r.version for r in records}
             for write in batch[:count]:
+                write.version = at.get(write.state.event_id)
                 write.stored = True
             batch = batch[count:]
 
