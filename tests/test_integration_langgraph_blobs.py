@@ -186,3 +186,45 @@ def test_a_checkpoint_in_the_earlier_form_is_still_read(opener: Opener) -> None:
     graph = _graph().compile(checkpointer=saver)
     graph.invoke({"messages": [("user", "next")]}, config)
     assert [m.content for m in graph.get_state(config).values["messages"]] == ["kept", "next", "noted 2"]
+
+
+def test_a_write_looks_only_at_the_messages_after_those_it_last_wrote(opener: Opener) -> None:
+    """The message mapping of a root checkpoint whose list starts with the objects the saver last
+    wrote looks at the rest only (each message is looked at once, not once per checkpoint), and a
+    list that does not (a message removed, another writer's append) is compared whole."""
+    from langchain_core.messages import RemoveMessage
+
+    import turnlog.integrations.langgraph_log as saver_log
+
+    seen: list[int] = []
+    changes = saver_log._message_changes
+
+    def counting(live: Any, messages: Any, mapped: Any = None) -> Any:
+        prefix = mapped is not None and all(a is b for a, b in zip(mapped, messages, strict=False))
+        seen.append(len(messages) - (len(mapped) if prefix else 0))
+        return changes(live, messages, mapped)
+
+    saver = opener()
+    graph = _graph().compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "g"}}
+    graph.invoke({"messages": [("user", "first")]}, config)
+    original, saver_log._message_changes = saver_log._message_changes, counting
+    try:
+        for i in range(5):
+            graph.invoke({"messages": [("user", f"turn {i}")]}, config)
+        assert seen == [0, 1, 1] * 5  # the input checkpoint, then one new message a step
+        first = graph.get_state(config).values["messages"][0]
+        graph.update_state(config, {"messages": [RemoveMessage(id=first.id)]})
+        other = opener()  # another writer appends to the thread
+        _graph().compile(checkpointer=other).invoke({"messages": [("user", "elsewhere")]}, config)
+        graph.invoke({"messages": [("user", "again")]}, config)
+    finally:
+        saver_log._message_changes = original
+    state = graph.get_state(config).values["messages"]
+    assert [m.content for m in state][:1] == ["noted 1"] and state[-4].content == "elsewhere"
+    removed = [r.event for r in saver.store.read_session("g") if r.event.type == "message_removed"]
+    assert len(removed) == 1
+    head = saver.store.head_version("g")
+    for log in (saver._log, opener()._log):  # what it noted; what turnlog's live set says
+        with log.lock:
+            assert set(log.live_messages("g", head)) == {m.id for m in state}

@@ -219,6 +219,9 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 checkpoint, stored = decode(self.serde, version, state, events)
                 if remember:  # what LangGraph resumes from: its next checkpoint may refer to it
                     self._remember((thread_id, ns), checkpoint, stored)
+                    messages = checkpoint["channel_values"].get("messages")
+                    if ns == "" and self.map_messages and isinstance(messages, builtins.list):
+                        self._log.note_read(thread_id, messages)
             else:
                 checkpoint = self.serde.loads_typed(
                     (_serde_type(state.media_type), base64.b64decode(state.content))

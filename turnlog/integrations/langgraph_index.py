@@ -45,6 +45,9 @@ class ThreadMessages:
     """The last session version folded in."""
     live: dict[str, str] | None = field(default_factory=dict)
     """Live LangGraph message id -> its event id (None: to be rebuilt from the live set)."""
+    changes: int = 0
+    """How many events changed ``live`` (the saver's note of the list it holds stays valid while
+    this does not move: langgraph_log)."""
 
     def fold(self, records: Iterable[RecordedEvent]) -> None:
         """Advance over the session's next records (in version order)."""
@@ -56,6 +59,8 @@ class ThreadMessages:
 
     def apply(self, event: Event) -> None:
         """Apply one event (the next of the session's, or one about to be appended)."""
+        if isinstance(event, SessionRewound | MessageRemoved | MessageAppended | ToolReturned):
+            self.changes += 1
         if isinstance(event, SessionRewound):
             self.live = {} if event.to_version == 0 else None
         elif self.live is None:
