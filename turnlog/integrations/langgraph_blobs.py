@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,20 +137,27 @@ def _whole(value: Any, blob: Any) -> Stored:
 
 def _fields(items: Sequence[Any]) -> tuple[Any, ...]:
     """Each item's attributes (a message's fields), copied: compared with the item's later."""
-    return tuple(
-        dict(item.__dict__) if hasattr(item, "__dict__") else dict(item) if isinstance(item, dict) else None
-        for item in items
-    )
+    try:
+        return tuple(map(dict, map(vars, items)))  # (in C: a list of messages is long)
+    except TypeError:  # an item without attributes
+        return tuple(
+            dict(vars(item)) if hasattr(item, "__dict__") else dict(item) if isinstance(item, dict) else None
+            for item in items
+        )
 
 
 def _same_items(before: Stored, value: list[Any]) -> bool:
     """Whether ``value`` starts with the items stored before, each unchanged (the same object, its
     attributes the same objects: an item edited in place by assignment is not the same)."""
     assert before.items is not None
-    for old, new, fields in zip(before.items, value, before.fields, strict=False):
-        if old is not new:
-            return False
-        if fields is not None and fields != (new.__dict__ if hasattr(new, "__dict__") else new):
+    if not all(map(operator.is_, before.items, value)):
+        return False
+    try:
+        return all(map(operator.eq, before.fields, map(vars, value)))
+    except TypeError:  # an item without attributes
+        pass
+    for fields, new in zip(before.fields, value, strict=False):
+        if fields is not None and fields != (vars(new) if hasattr(new, "__dict__") else new):
             return False
     return True
 

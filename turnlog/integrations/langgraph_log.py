@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -364,7 +365,7 @@ def _message_changes(
     prefix = (
         mapped is not None
         and len(mapped) <= len(messages)
-        and all(a is b for a, b in zip(mapped, messages, strict=False))
+        and all(map(operator.is_, mapped, messages))  # (in C: the list is long)
     )
     if prefix:
         messages = messages[len(mapped or ()) :]
