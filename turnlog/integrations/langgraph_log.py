@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import itertools
 import operator
 import threading
 import weakref
@@ -59,6 +60,7 @@ __all__ = ["SaverLog", "advance_in_batches", "state_of"]
 
 _MAX_TARGETS = 1000  # message_removed names at most this many events
 _THREADS = 256  # threads whose latest checkpoints are kept in memory (the least recently used go)
+_ID = operator.attrgetter("id")
 _MAPPED = 64  # threads whose last written messages list is kept (its objects: the least recent go)
 _BACKLOG = 200  # events appended before the saver advances the materialized projections
 
@@ -201,7 +203,7 @@ class SaverLog:
         found = self._mapped.get(sid)
         if found is None or self._mapped_of(sid) is None or len(found[1]) != len(messages):
             return
-        if all(_mapped_id(a) == _mapped_id(b) for a, b in zip(found[1], messages, strict=True)):
+        if _mapped_ids(found[1]) == _mapped_ids(messages):
             self._mapped[sid] = (found[0], tuple(messages))
 
     # --- writing ---------------------------------------------------------------------------------
@@ -389,11 +391,13 @@ def _message_changes(
     return events
 
 
-def _mapped_id(item: Any) -> str | None:
-    """The id by which the mapping knows a channel's item (None: it is not mapped)."""
-    if isinstance(item, BaseMessage) and isinstance(item.id, str) and item.id:
-        return item.id
-    return None
+def _mapped_ids(items: Sequence[Any]) -> builtins.list[str | None]:
+    """The ids by which the mapping knows a channel's items (None: an item it does not map)."""
+    if all(map(isinstance, items, itertools.repeat(BaseMessage))):  # (in C: the list is long)
+        ids = builtins.list(map(_ID, items))
+        if all(map(isinstance, ids, itertools.repeat(str))) and all(ids):
+            return ids
+    return [m.id if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id else None for m in items]
 
 
 def _message_event(message: BaseMessage) -> Event:
