@@ -5,8 +5,11 @@ session (session id = ``thread_id``); every namespace (subgraphs) of the thread 
 
 - A checkpoint is a ``state_recorded`` event (framework ``langgraph``, ``namespace`` = checkpoint_ns,
   ``key`` = checkpoint id, ``parent_key`` = its parent, ``metadata`` = LangGraph's metadata merged as
-  SqliteSaver merges it, ``content`` = the serde's bytes in base64, ``media_type`` naming the serde
-  type: ``application/x-langgraph-checkpoint; serde=msgpack; encoding=base64``).
+  SqliteSaver merges it, ``content`` = the checkpoint and the channel values it changed, each
+  channel stored once per change as LangGraph's own savers do (integrations.langgraph_blobs; a
+  ``MessagesState`` turn stores its new messages, not the whole list again), ``media_type`` naming
+  the serde type: ``application/x-langgraph-checkpoint; serde=msgpack; encoding=channels``; the
+  earlier ``encoding=base64``, the whole checkpoint's serde bytes, is still read).
 - One ``put_writes`` call is one ``state_recorded`` (``key`` = ``<checkpoint id>/writes/<task id>``,
   ``parent_key`` = the checkpoint, ``media_type`` ``application/x-langgraph-writes+json``); which
   write wins follows SqliteSaver's ``INSERT OR REPLACE`` (special channels) / ``OR IGNORE`` rule.
@@ -40,6 +43,7 @@ import json
 import random
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -62,6 +66,16 @@ from langgraph.checkpoint.base import (  # noqa: E402
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # noqa: E402
 
+from turnlog.integrations.langgraph_blobs import (  # noqa: E402
+    ENCODING,
+    Previous,
+    Stored,
+    decode,
+    encode,
+    is_channels,
+    references,
+    resolved,
+)
 from turnlog.integrations.langgraph_log import SaverLog, advance_in_batches, state_of  # noqa: E402
 from turnlog.integrations.langgraph_queue import QueuedWrite  # noqa: E402
 from turnlog.projections.langgraph_index import (  # noqa: E402
@@ -87,6 +101,7 @@ __all__ = ["FRAMEWORK", "TurnlogSaver"]
 _FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")  # SqliteSaver's rule for metadata filter keys
 _SERDE = re.compile(r"serde=([^;]+)")
 _PAGE = 256  # checkpoints read per query by list()
+_PREVIOUS = 64  # (thread, namespace) pairs whose last checkpoint's values are kept (the least recent go)
 
 
 class TurnlogSaver(BaseCheckpointSaver[str]):
@@ -117,6 +132,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         """Whether the root namespace's ``messages`` channel is also written as message events."""
         self._lock = threading.RLock()
         self._log = SaverLog(self._store, self._lock)
+        self._previous: OrderedDict[tuple[str, str], Previous] = OrderedDict()
+        """Each (thread, namespace)'s last checkpoint put here: the next one stores what changed."""
 
     @property
     def store(self) -> Store:
@@ -152,7 +169,9 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 if not checkpoint_id:
                     config = _config(thread_id, namespace, latest.row[2])
                 mine = sorted(latest.writes_of_latest(), key=lambda w: writes_sort_key(w[4], w[0], w[5]))
-                return self._tuples(thread_id, [latest.row], [config], [mine], latest.states)[0]
+                return self._tuples(
+                    thread_id, [latest.row], [config], [mine], latest.states, latest.states, remember=True
+                )[0]
             rows, writes = self._log.query(
                 lambda conn: _with_writes(
                     conn,
@@ -169,7 +188,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 return None
             if not checkpoint_id:
                 config = _config(thread_id, namespace, rows[0][2])
-            return self._tuples(thread_id, rows, [config], writes)[0]
+            return self._tuples(thread_id, rows, [config], writes, remember=True)[0]
 
     def _tuples(
         self,
@@ -178,21 +197,35 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         configs: Sequence[RunnableConfig],
         writes: Sequence[Sequence[WriteRow]],
         known: Mapping[int, StateRecorded] | None = None,
+        keep: dict[int, StateRecorded] | None = None,
+        *,
+        remember: bool = False,
     ) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples of one thread, their events taken from ``known`` or read in one query."""
+        """Checkpoint tuples of one thread, their events taken from ``known`` or read (in one query,
+        and one more for the blobs of earlier checkpoints they refer to; kept in ``keep``)."""
         events = dict(known or {})
         versions = {row[4] for row in rows} | {w[2] for mine in writes for w in mine}
         if versions - events.keys():
-            read = self._store.read_versions(thread_id, sorted(versions - events.keys()))
-            events.update((r.version, state_of(r)) for r in read)
+            self._read_into(thread_id, versions - events.keys(), events, keep)
+        refs = set().union(*(references(row[4], events[row[4]]) for row in rows))
+        if refs - events.keys():  # blobs of earlier checkpoints (langgraph_blobs)
+            self._read_into(thread_id, refs - events.keys(), events, keep)
         decoded: dict[int, Any] = {}
         result = []
         for row, config, mine in zip(rows, configs, writes, strict=True):
             _sid, ns, _cid, parent, version, metadata = row
             state = events[version]
-            checkpoint = self.serde.loads_typed(
-                (_serde_type(state.media_type), base64.b64decode(state.content))
-            )
+            if is_channels(state):
+                checkpoint, stored = decode(self.serde, version, state, events)
+                if remember:  # what LangGraph resumes from: its next checkpoint may refer to it
+                    self._remember((thread_id, ns), checkpoint, stored)
+                    messages = checkpoint["channel_values"].get("messages")
+                    if ns == "" and self.map_messages and isinstance(messages, builtins.list):
+                        self._log.note_read(thread_id, messages)
+            else:
+                checkpoint = self.serde.loads_typed(
+                    (_serde_type(state.media_type), base64.b64decode(state.content))
+                )
             pending: builtins.list[PendingWrite] = []
             for task_id, channel, at, item, _path, _idx in mine:
                 if at not in decoded:
@@ -209,6 +242,26 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 )
             )
         return result
+
+    def _remember(self, key: tuple[str, str], checkpoint: Checkpoint, stored: dict[str, Stored]) -> None:
+        """The namespace's last checkpoint put or read, with how its values are stored."""
+        versions = dict(checkpoint.get("channel_versions") or {})
+        self._previous[key] = Previous(checkpoint["id"], versions, stored)
+        self._previous.move_to_end(key)
+        while len(self._previous) > _PREVIOUS:  # it holds the values' objects: the least recent go
+            self._previous.popitem(last=False)
+
+    def _read_into(
+        self,
+        thread_id: str,
+        versions: set[int],
+        events: dict[int, StateRecorded],
+        keep: dict[int, StateRecorded] | None,
+    ) -> None:
+        for record in self._store.read_versions(thread_id, sorted(versions)):
+            events[record.version] = state_of(record)
+            if keep is not None:
+                keep[record.version] = events[record.version]
 
     def list(
         self,
@@ -272,7 +325,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         thread_id = conf["thread_id"]
         namespace = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id") or None
-        type_, data = self.serde.dumps_typed(checkpoint)
+        key = (str(thread_id), namespace)
+        previous = self._previous.get(key)
+        if previous is not None and previous.checkpoint_id != parent:
+            previous = None  # only the parent's values are known to be these objects
+        type_, content, stored = encode(self.serde, checkpoint, new_versions, previous)
         # SqliteSaver stores json.dumps(..., ensure_ascii=False).encode("utf-8", "ignore") and reads it back.
         merged = get_checkpoint_metadata(config, metadata)
         meta = json.loads(json.dumps(merged, ensure_ascii=False).encode("utf-8", "ignore"))
@@ -281,13 +338,17 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             namespace=namespace,
             key=checkpoint["id"],
             parent_key=parent,
-            media_type=f"{CHECKPOINT_MEDIA}; serde={type_}; encoding=base64",
-            content=base64.b64encode(data).decode("ascii"),
+            media_type=f"{CHECKPOINT_MEDIA}; serde={type_}; encoding={ENCODING}",
+            content=content,
             metadata=meta,
         )
         messages = (checkpoint.get("channel_values") or {}).get("messages")
         mapped = namespace == "" and self.map_messages and isinstance(messages, builtins.list)
-        self._log.write(QueuedWrite(str(thread_id), state, messages if mapped else None, parent))
+        write = QueuedWrite(str(thread_id), state, messages if mapped else None, parent)
+        self._log.write(write)
+        if write.version is not None:
+            with self._lock:
+                self._remember(key, checkpoint, resolved(write.version, stored))
         return {
             "configurable": {
                 "thread_id": thread_id,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from turnlog.integrations.langgraph_blobs import references
 from turnlog.projections.langgraph_index import (
     FRAMEWORK,
     CheckpointRow,
@@ -44,6 +45,9 @@ class ThreadMessages:
     """The last session version folded in."""
     live: dict[str, str] | None = field(default_factory=dict)
     """Live LangGraph message id -> its event id (None: to be rebuilt from the live set)."""
+    changes: int = 0
+    """How many events changed ``live`` (the saver's note of the list it holds stays valid while
+    this does not move: langgraph_log)."""
 
     def fold(self, records: Iterable[RecordedEvent]) -> None:
         """Advance over the session's next records (in version order)."""
@@ -55,6 +59,8 @@ class ThreadMessages:
 
     def apply(self, event: Event) -> None:
         """Apply one event (the next of the session's, or one about to be appended)."""
+        if isinstance(event, SessionRewound | MessageRemoved | MessageAppended | ToolReturned):
+            self.changes += 1
         if isinstance(event, SessionRewound):
             self.live = {} if event.to_version == 0 else None
         elif self.live is None:
@@ -78,7 +84,10 @@ class LatestCheckpoint:
     """Pending writes of that checkpoint and of any greater id (a checkpoint's writes may be put
     before it), by checkpoint id, then by (task id, idx) as the index keys them."""
     states: dict[int, StateRecorded] = field(default_factory=dict)
-    """The state events of the row and of those writes, by session version."""
+    """The state events of the row, of the earlier checkpoints whose blobs it refers to
+    (integrations.langgraph_blobs), and of those writes, by session version."""
+    refs: set[int] = field(default_factory=set)
+    """The session versions the row's checkpoint is read from."""
 
     def put(self, row: CheckpointRow, state: StateRecorded) -> None:
         """A checkpoint stored (again, if its id is known: it replaces the first)."""
@@ -88,6 +97,7 @@ class LatestCheckpoint:
             self.writes = {cid: rows for cid, rows in self.writes.items() if cid >= row[2]}
         self.row = row
         self.states[row[4]] = state
+        self.refs = references(row[4], state)
         self._forget_unused()
 
     def write(self, checkpoint_id: str, replace: bool, rows: list[WriteRow], state: StateRecorded) -> None:
@@ -108,8 +118,7 @@ class LatestCheckpoint:
 
     def _forget_unused(self) -> None:
         used = {w[2] for rows in self.writes.values() for w in rows.values()}
-        if self.row is not None:
-            used.add(self.row[4])
+        used |= self.refs
         self.states = {v: s for v, s in self.states.items() if v in used}
 
 

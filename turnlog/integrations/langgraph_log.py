@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import itertools
+import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -58,6 +60,8 @@ __all__ = ["SaverLog", "advance_in_batches", "state_of"]
 
 _MAX_TARGETS = 1000  # message_removed names at most this many events
 _THREADS = 256  # threads whose latest checkpoints are kept in memory (the least recently used go)
+_ID = operator.attrgetter("id")
+_MAPPED = 64  # threads whose last written messages list is kept (its objects: the least recent go)
 _BACKLOG = 200  # events appended before the saver advances the materialized projections
 
 Query = Callable[[Connection], Any]
@@ -72,6 +76,8 @@ class SaverLog:
         self.queue = WriteQueue(lock)
         self._messages: dict[str, ThreadMessages] = {}
         self._threads: OrderedDict[str, ThreadCheckpoints] = OrderedDict()
+        self._mapped: OrderedDict[str, tuple[int, tuple[Any, ...]]] = OrderedDict()
+        """Per thread: the messages list its live messages are, noted at ``changes`` of them."""
 
     def query(self, query: Query) -> Any:
         """Ask the index (projections.langgraph_index), caught up with the log first."""
@@ -165,6 +171,7 @@ class SaverLog:
         if known.live is not None and head != known.version:
             if head < known.version:
                 known.live = None
+                known.changes += 1
             else:
                 known.fold(self.store.read_session(sid, from_version=known.version + 1, to_version=head))
         if known.live is None:  # first use, or after a rewind: turnlog's live set says which
@@ -174,6 +181,30 @@ class SaverLog:
             fresh.fold(r for r, live in zip(records, marks, strict=True) if live)
             known.live, known.version = fresh.live, head
         return cast(dict[str, str], known.live)
+
+    def _remember_mapped(self, sid: str, known: ThreadMessages, mapped: tuple[Any, ...]) -> None:
+        """The messages list whose ids the thread's live messages now are (just appended)."""
+        self._mapped[sid] = (known.changes, mapped)
+        self._mapped.move_to_end(sid)
+        while len(self._mapped) > _MAPPED:  # it holds the messages: the least recent threads go
+            self._mapped.popitem(last=False)
+
+    def _mapped_of(self, sid: str) -> tuple[Any, ...] | None:
+        """That list, if nothing changed the live messages since (another writer, a rewind)."""
+        known, found = self._messages.get(sid), self._mapped.get(sid)
+        if known is None or found is None or found[0] != known.changes:
+            return None
+        return found[1]
+
+    def note_read(self, sid: str, messages: builtins.list[Any]) -> None:
+        """A root checkpoint's messages as read back: the same messages (by id, in order) as the
+        list noted, they stand for it, so the next write, which starts with these objects, looks at
+        its new messages only."""
+        found = self._mapped.get(sid)
+        if found is None or self._mapped_of(sid) is None or len(found[1]) != len(messages):
+            return
+        if _mapped_ids(found[1]) == _mapped_ids(messages):
+            self._mapped[sid] = (found[0], tuple(messages))
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -188,9 +219,12 @@ class SaverLog:
             thread = self.thread(sid, fresh=False)
             count = 1
             try:
-                head, events, count = self._events(sid, thread, batch)
+                head, events, count, mapped = self._events(sid, thread, batch)
                 checked = any(w.messages is not None for w in batch[:count])
-                self.append(sid, head, events, check=checked)
+                records = self.append(sid, head, events, check=checked)
+                known = self._messages.get(sid)
+                if mapped is not None and known is not None and known.version == records[-1].version:
+                    self._remember_mapped(sid, known, mapped)
             except VersionConflictError:
                 self.thread(sid, fresh=True)  # another writer appended: look again
                 continue
@@ -203,19 +237,23 @@ class SaverLog:
                         write.error = exc
                 batch = batch[count:]
                 continue
+            at = {r.event.event_id: r.version for r in records}
             for write in batch[:count]:
+                write.version = at.get(write.state.event_id)
                 write.stored = True
             batch = batch[count:]
 
     def _events(
         self, sid: str, thread: ThreadCheckpoints, batch: builtins.list[QueuedWrite]
-    ) -> tuple[int, builtins.list[Event], int]:
+    ) -> tuple[int, builtins.list[Event], int, tuple[Any, ...] | None]:
         """The head to append at, the events of the first writes of ``batch`` that go in one append,
-        and how many writes that is: each write's message events (the root namespace's messages the
-        thread's live ones are not yet, and a ``message_removed`` for those gone) before its state
-        event. A time travel goes first in an append of its own, after its ``session_rewound``."""
+        how many writes that is, and the messages list the thread's live messages are then (if
+        known): each write's message events (the root namespace's messages the thread's live ones
+        are not yet, and a ``message_removed`` for those gone) before its state event. A time
+        travel goes first in an append of its own, after its ``session_rewound``."""
         head, events = thread.version, builtins.list[Event]()
         live: ThreadMessages | None = None
+        mapped: tuple[Any, ...] | None = None
         travels = any(w.parent for w in batch if w.messages is not None)
         root = self.latest(sid, thread, "") if travels else None
         latest = root.row[2] if root is not None and root.row is not None else None
@@ -224,24 +262,26 @@ class SaverLog:
                 if write.messages is not None:
                     if write.parent is not None and (root is None or latest not in (None, write.parent)):
                         if count:
-                            return head, events, count
+                            return head, events, count, mapped
                         self._travel(sid, thread, write.parent)
                         head = thread.version
                     if live is None:
                         live = ThreadMessages(version=head, live=dict(self.live_messages(sid, head)))
-                    added = _message_changes(cast(dict[str, str], live.live), write.messages)
+                        mapped = self._mapped_of(sid)  # (live_messages brought it to head)
+                    added = _message_changes(cast(dict[str, str], live.live), write.messages, mapped)
                     for event in added:
                         live.apply(event)
                     events += added
+                    mapped = tuple(write.messages)
             except Exception:
                 if count:
-                    return head, events, count  # its error is its own, in an append of its own
+                    return head, events, count, mapped  # its error is its own, in an append of its own
                 raise
             events.append(write.state)
             state = write.state
             if state.namespace == "" and state.media_type.startswith(CHECKPOINT_MEDIA):
                 latest = state.key if latest is None else max(latest, state.key)
-        return head, events, len(batch)
+        return head, events, len(batch), mapped
 
     def _travel(self, sid: str, thread: ThreadCheckpoints, parent: str) -> None:
         """Resuming from ``parent``, not the latest root checkpoint: a ``session_rewound`` back to
@@ -317,12 +357,24 @@ def state_of(record: RecordedEvent) -> StateRecorded:
     return event
 
 
-def _message_changes(live: dict[str, str], messages: builtins.list[Any]) -> builtins.list[Event]:
+def _message_changes(
+    live: dict[str, str], messages: builtins.list[Any], mapped: tuple[Any, ...] | None = None
+) -> builtins.list[Event]:
     """The events that make ``live`` (LangGraph message id -> event id) the channel's messages: a
-    ``message_removed`` for those gone, then each new message (and its usage)."""
+    ``message_removed`` for those gone, then each new message (and its usage). ``mapped``: a list
+    whose messages' ids are ``live``'s; when ``messages`` starts with the very same objects (as
+    LangGraph's ``add_messages`` keeps them), none is gone and only the rest is looked at."""
+    prefix = (
+        mapped is not None
+        and len(mapped) <= len(messages)
+        and all(map(operator.is_, mapped, messages))  # (in C: the list is long)
+    )
+    if prefix:
+        messages = messages[len(mapped or ()) :]
     current = [m for m in messages if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id]
     ids = {m.id for m in current}
-    gone = [event_id for message_id, event_id in live.items() if message_id not in ids]
+    gone = [] if prefix else [event_id for message_id, event_id in live.items() if message_id not in ids]
+
     events: builtins.list[Event] = [
         MessageRemoved(
             target_event_ids=tuple(gone[i : i + _MAX_TARGETS]), reason="RemoveMessage", source=FRAMEWORK
@@ -337,6 +389,15 @@ def _message_changes(live: dict[str, str], messages: builtins.list[Any]) -> buil
         events.append(_message_event(message))
         events.extend(_usage(message))
     return events
+
+
+def _mapped_ids(items: Sequence[Any]) -> builtins.list[str | None]:
+    """The ids by which the mapping knows a channel's items (None: an item it does not map)."""
+    if all(map(isinstance, items, itertools.repeat(BaseMessage))):  # (in C: the list is long)
+        ids = builtins.list(map(_ID, items))
+        if all(map(isinstance, ids, itertools.repeat(str))) and all(ids):
+            return ids
+    return [m.id if isinstance(m, BaseMessage) and isinstance(m.id, str) and m.id else None for m in items]
 
 
 def _message_event(message: BaseMessage) -> Event:

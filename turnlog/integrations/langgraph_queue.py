@@ -47,6 +47,8 @@ class QueuedWrite:
     """A checkpoint's parent id (a root checkpoint whose parent is not the latest is a time travel)."""
     stored: bool = False
     """Committed to the log."""
+    version: int | None = None
+    """The session version its state event was stored at (once stored)."""
     error: BaseException | None = None
     """Why it was not (raised to its caller)."""
     patient: bool = False
