@@ -18,6 +18,7 @@ from turnlog.projections.context_cache import build_stable
 from turnlog.projections.context_fold import calibrated
 from turnlog.projections.context_header import Header
 from turnlog.projections.context_index import ContextIndex
+from turnlog.projections.context_reader import Retained
 from turnlog.projections.context_start import read_start
 from turnlog.projections.context_types import (
     FILL_MIN,
@@ -96,10 +97,12 @@ _FRESH_SESSIONS = 1024
 @dataclass(slots=True)
 class _Fresh:
     """What the first reads of a session's warm build said, in a snapshot of a database that has
-    not changed since: the materializer's current head and the build's header as of it."""
+    not changed since: the materializer's current head, and the build's header and retained rows
+    as of it."""
 
     current: tuple[int, int]
     header: Header | None = None
+    retained: Retained | None = None
 
 
 def _current_head(
@@ -144,11 +147,13 @@ def _build(
     if policy.cache_stable:
         # (Calibrated as of each call of the fold, when it is calibrated.)
         return build_stable(store, session_id, policy, at, head_version, model=model)
-    header = None if fresh is None else fresh.header
-    builder = ContextBuilder(store, session_id, policy, at, head_version, snapshot=snapshot, header=header)
+    header, retained = (None, None) if fresh is None else (fresh.header, fresh.retained)
+    builder = ContextBuilder(
+        store, session_id, policy, at, head_version, snapshot=snapshot, header=header, retained=retained
+    )
     built = builder.build()
     if fresh is not None:
-        fresh.header = builder.header
+        fresh.header, fresh.retained = builder.header, builder.retained
     return built
 
 

@@ -51,6 +51,18 @@ class SummaryRow:
     tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """What ``_retained`` read as of position ``at``: kept with the header of an unchanged
+    database (projections.context), so a warm build does not read the same rows again."""
+
+    at: int
+    rows: tuple[Row, ...]
+    pinned: frozenset[int]
+    cums: dict[int, tuple[int, int]]
+    """The running totals below each of the rows, as ``_rows`` noted them."""
+
+
 ROW_COLUMNS = (
     "c.version, c.position, c.role, c.first_user, c.has_name, c.n_calls, c.call_version, c.tokens, "
     f"c.event_id, c.length, c.whole, c.cum_messages, c.cum_tokens, {PAYLOAD_COLUMNS}"
@@ -133,11 +145,13 @@ class ContextReader:
         *,
         snapshot: Any = None,
         header: Header | None = None,
+        retained: Retained | None = None,
     ) -> None:
         """``snapshot``: the connection of a reading the caller holds open for the whole build
         (``store.reading()``), read through directly instead of entering a nested reading per read.
         ``header``: what an earlier build's first statement said of this session as of ``at``, in
-        a database that has not changed since (on SQLite; read again when not given)."""
+        a database that has not changed since (on SQLite; read again when not given). ``retained``:
+        what an earlier build's ``_retained`` read as of ``at`` in that same unchanged database."""
         self.store = store
         self._held: contextlib.AbstractContextManager[Any] | None = (
             None if snapshot is None else contextlib.nullcontext(snapshot)
@@ -159,6 +173,8 @@ class ContextReader:
         self.header: Header | None = None
         """What the build's first statement said of the session as of ``at`` (on a server: when
         a warm build read it ahead)."""
+        self.retained: Retained | None = retained
+        """The retained rows as of ``at`` (given, or once ``_retained`` has read them)."""
         self.first_chunk = 0
         """On a server: the rows of the walk's first chunk, read ahead with the header (0: none)."""
         # Versions a rewind or a removal took out of the live set as of ``at``: never shown.
@@ -259,7 +275,7 @@ class ContextReader:
                 self._remembered(rows)
         return rows
 
-    def _remembered(self, rows: list[Row]) -> None:
+    def _remembered(self, rows: Sequence[Row]) -> None:
         """The items of rows read without their payloads, from those the store remembers; the
         others wait in ``_unread`` until an item of one is wanted."""
         table = ITEMS.table(self.store)
@@ -328,7 +344,20 @@ class ContextReader:
 
     def _retained(self) -> tuple[list[Row], set[int]]:
         """System messages, the first user message and pinned messages, each with its whole unit
-        (a call with its returns)."""
+        (a call with its returns): as an earlier build of the same unchanged database read them
+        (``retained``), or read."""
+        known = self.retained
+        if known is not None and not self.dead and known.at == self.at:
+            self._cums.update(known.cums)
+            self._remembered(known.rows)
+            return list(known.rows), set(known.pinned)
+        rows, pinned = self._read_retained()
+        if not self.dead:
+            cums = {r.version: self._cums[r.version] for r in rows if r.version in self._cums}
+            self.retained = Retained(self.at, tuple(rows), frozenset(pinned), cums)
+        return rows, pinned
+
+    def _read_retained(self) -> tuple[list[Row], set[int]]:
         # The index named: SQLite does not choose a partial index for an OR on its own, and the
         # primary key would read every row of the session.
         retained = self._rows(_RETAINED, (self.head_version,), index="ctx_messages_retained")

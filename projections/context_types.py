@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic._internal._model_construction import ModelMetaclass
 
 from turnlog.projections.capping import MIN_CAP
 from turnlog.store import ContextBuilt, ManifestEntry, StoreError, Tokenizer, ToolCall
@@ -53,7 +54,35 @@ class StableCut:
     """The session's head version at ``moved_at``."""
 
 
-class ContextPolicy(BaseModel):
+_POLICIES: dict[tuple[Any, ...], Any] = {}
+"""Policies made from keyword arguments, by the arguments (and their types)."""
+_POLICIES_KEPT = 256
+
+
+class _Interned(ModelMetaclass):
+    """ContextPolicy's metaclass: a policy made again from the same keyword arguments is the one
+    made first. A policy is frozen and the same arguments validate to the same fields, and agents
+    make their policy on each call (``build_context(store, sid, ContextPolicy(budget=...))``):
+    pydantic's validation was a tenth of a warm build's own work (issue 20)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if args:
+            return super().__call__(*args, **kwargs)
+        # The types too: True == 1 and 1 == 1.0, but a field may take one and refuse the other.
+        key = (cls, tuple(kwargs.items()), tuple(map(type, kwargs.values())))
+        try:
+            found = _POLICIES.get(key)
+        except TypeError:  # an argument that cannot be a key (a dict of modes): validated each time
+            return super().__call__(**kwargs)
+        if found is None:
+            found = super().__call__(**kwargs)
+            if len(_POLICIES) >= _POLICIES_KEPT:
+                _POLICIES.clear()
+            _POLICIES[key] = found
+        return found
+
+
+class ContextPolicy(BaseModel, metaclass=_Interned):
     """How a context is built."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)

@@ -95,3 +95,33 @@ def test_a_warm_build_reads_no_payload_it_has_decoded(tmp_path: Path) -> None:
         assert [m.content for m in grown.messages] == [*(m.content for m in warm.messages), "new"]
         with SQLiteStore.open(path) as cold:
             assert build_context(cold, "s", POLICY).rendered == grown.rendered
+
+
+def _retained_reads(statements: list[str]) -> int:
+    return sum(s.startswith("SELECT") and "ctx_messages_retained" in s for s in statements)
+
+
+def test_an_unchanged_database_does_not_read_the_retained_rows_again(tmp_path: Path) -> None:
+    from turnlog.actions import pin_message
+
+    with _filled(tmp_path / "t.db") as store:
+        for i in range(6):
+            store.append("s", [MessageAppended(role="user", content=f"turn {i}")], expected_version=2 + i)
+        # The first build catches up (its writes change the database: the next build checks again).
+        build_context(store, "s", POLICY)
+        first, built = traced_build(store, "s", POLICY)
+        again, same = traced_build(store, "s", POLICY)
+        assert _retained_reads(first) == 1
+        assert _retained_reads(again) == 0
+        assert len(again) < len(first)
+        assert [m.content for m in same.messages] == [m.content for m in built.messages]
+        # A pin changes the database: the retained rows are read again, and the pinned one is kept.
+        recorded = store.read_versions("s", [4])[0]
+        pin_message(store, "s", recorded.event_id)
+        pinned, shown = traced_build(store, "s", ContextPolicy(budget=60))
+        assert _retained_reads(pinned) >= 1
+        assert [m.category for m in shown.messages if m.content == "turn 1"] == ["pinned"]
+        # The same policy as before: not the contexts built before the pin.
+        _, after = traced_build(store, "s", POLICY)
+        assert [m.content for m in after.messages] == [m.content for m in built.messages]
+        assert [m.category for m in after.messages if m.content == "turn 1"] == ["pinned"]

@@ -67,3 +67,28 @@ def test_the_rebuild_figure_is_quoted_from_the_results_when_not_measured(floor_b
     assert quoted["events"] == 1_000_000
     assert f"{quoted['seconds']:.2f} s" in text
     assert quoted["when"].startswith("the rebuild section of bench-results/RESULTS.md")
+
+
+def test_the_floor_stores_messages_capped_as_a_build_sends_them(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from benchlib.counting import count_text
+    from benchlib.workload import Msg
+
+    long_output = "line of a long tool output 0123456789\n" * 4000
+    chat = floor_bench.capped({"role": "tool", "tool_call_id": "c1", "content": long_output})
+    assert count_text(chat["content"]) <= floor_bench.TOOL_CAP
+    short = {"role": "user", "content": "hello"}
+    assert floor_bench.capped(short) == short
+    # A session ending in a tool output over the budget: the floor of whole texts stops there and
+    # shows the system prompt alone; the capped floor fills the budget as turnlog does.
+    msgs = floor_bench.session(40)
+    msgs.append(Msg("call", "", call_id="c_long", tool_name="read_file", arguments="{}"))
+    msgs.append(Msg("tool", long_output, call_id="c_long", tool_name="read_file"))
+    whole = floor_bench.Floor(tmp_path / "whole.db", counted=True)
+    cut = floor_bench.Floor(tmp_path / "cut.db", counted=True, capped=True)
+    for side in (whole, cut):
+        side.append(msgs)
+    first = count_text(msgs[0].content)
+    assert whole.build(4000) < first + 20
+    assert cut.build(4000) > first + 1000
+    whole.close()
+    cut.close()
