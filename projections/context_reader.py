@@ -253,15 +253,18 @@ class ContextReader:
                 for v, _, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
                     cums[v] = (cm - 1, ct - t)
                     if not self.dead or not is_dead(self.dead, v):
-                        row = Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload))
-                        rows.append(row)
-            if light and rows:
+                        # No event type: a warm build's statement left the payload out, the
+                        # store remembering the row's item (context_start).
+                        kept = tuple(payload) if payload[0] is not None else ()
+                        rows.append(Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), kept))
+            if rows:
                 self._remembered(rows)
         return rows
 
     def _remembered(self, rows: list[Row]) -> None:
-        """The items of rows read without their payloads, from those the store remembers; the
-        others wait in ``_unread`` until an item of one is wanted."""
+        """The items of rows, from those the store remembers (a row read with its payload is
+        not decoded again); the others read without their payloads wait in ``_unread`` until an
+        item of one is wanted."""
         table = ITEMS.table(self.store)
         items = self.items
         for row in rows:
@@ -270,7 +273,8 @@ class ContextReader:
             key = (row.event_id, row.whole)
             found = table.get(key)
             if found is None:
-                self._unread[row.version] = row
+                if not row.payload:
+                    self._unread[row.version] = row
                 continue
             items[row.version] = found
             try:
