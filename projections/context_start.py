@@ -24,8 +24,24 @@ from turnlog.store.rows import PAYLOAD_COLUMNS
 _part = operator.itemgetter(0)
 
 
+_version = operator.itemgetter(1)
+
+
 def _order(row: tuple[Any, ...]) -> tuple[int, int]:
     return row[0], -(row[1] or 0)
+
+
+def _in_order(rows: list[tuple[Any, ...]]) -> bool:
+    """Whether the rows are in part order, each part's newest first (the header first)."""
+    parts = list(map(_part, rows))
+    if not parts or parts[0] != 0 or parts != sorted(parts):
+        return False
+    split = bisect.bisect_left(parts, 2, lo=1)
+    for low, high in ((1, split), (split, len(rows))):
+        versions = list(map(_version, rows[low:high]))
+        if versions != sorted(versions, reverse=True):
+            return False
+    return True
 
 
 TAIL_CAP = 2048
@@ -188,9 +204,10 @@ def read_start(
             first,
         )
         # In part order, newest first: as the server sends them (an append of the parts in their
-        # order), which SQL does not promise; sorted here, a pass over rows in order, rather than
-        # by the server (a sort of the wide rows there costs more).
-        rows.sort(key=_order)
+        # order), which SQL does not promise; checked here (two passes in C), sorted only if not,
+        # rather than sorted by the server every time.
+        if not _in_order(rows):
+            rows.sort(key=_order)
         split = bisect.bisect_left(rows, 2, lo=1, key=_part)
         retained = [row[1:] for row in rows[1:split]]
         tail = [row[1:] for row in rows[split:]]
