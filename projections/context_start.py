@@ -135,8 +135,6 @@ def start_sql(projections: int) -> str:
         *(f"({_SEEN.format(table=table, column=column)})" for table, column in _FLAGS),
         "(SELECT started_version FROM ctx_runs WHERE session_id = ? AND started_position <= h.at "
         "AND (finished_position IS NULL OR finished_position > h.at) ORDER BY started_position DESC LIMIT 1)",
-        "(SELECT cum_messages FROM top)",
-        "(SELECT cum_tokens FROM top)",
         _ARTIFACT.format(column="position"),
         "(SELECT version FROM ctx_messages WHERE session_id = ? AND role != 'system' AND version >= 1 "
         "AND version <= h.hv ORDER BY version LIMIT 1)",
@@ -145,8 +143,6 @@ def start_sql(projections: int) -> str:
     return (
         "WITH h AS (SELECT (SELECT coalesce(max(position), 0) FROM events) AS at, "
         "(SELECT coalesce(max(version), 0) FROM events WHERE session_id = ?) AS hv), "
-        "top AS (SELECT cum_messages, cum_tokens FROM ctx_messages WHERE session_id = ? "
-        "AND version <= (SELECT hv FROM h) ORDER BY version DESC LIMIT 1), "
         # The newest row at which what the tail costs at least (each message's overhead and its
         # stored tokens within the policy's caps) passes the budget: the build can fit no row
         # below it; and a few rows more (the call of an output squeezed in at the end, its other
@@ -182,27 +178,15 @@ def read_start(
     most = min(policy.budget, _INT_MAX)
     caps = (min(policy.max_tool_tokens, most),) * 2 + (min(policy.max_message_tokens, most),) * 2
     low, high = remembered_range(store, sid)
-    params = (sid, sid, *caps, sid, policy.budget, sid, *names, *(sid,) * 7)
+    params = (sid, *caps, sid, policy.budget, sid, *names, *(sid,) * 7)
     params += (low, high, sid) * 2
     rows = conn.alone(start_sql(len(names)), params)
     numbers = [int(n) if n else None for n in rows[0][16].split(",")]
-    at, head_version, applied, known, gaps, pins, summaries, condensed, run, messages, tokens = numbers[:11]
-    artifact, first, below = numbers[11:]
+    at, head_version, applied, known, gaps, pins, summaries, condensed, run, artifact, first, below = numbers
     assert at is not None and head_version is not None and known is not None
     if known < len(names) or applied is None or applied < at:
         return None
     if head_version > 0:
-        header = Header(
-            at,
-            gaps is not None,
-            pins is not None,
-            summaries is not None,
-            condensed is not None,
-            run,
-            (messages or 0, tokens or 0),
-            None if artifact is None else (artifact, str(rows[0][9])),
-            first,
-        )
         # In part order, newest first: as the server sends them (an append of the parts in their
         # order), which SQL does not promise; checked here (two passes in C), sorted only if not,
         # rather than sorted by the server every time.
@@ -211,6 +195,19 @@ def read_start(
         split = bisect.bisect_left(rows, 2, lo=1, key=_part)
         retained = [row[1:] for row in rows[1:split]]
         tail = [row[1:] for row in rows[split:]]
+        # The running totals at the head: the tail's newest row's (the tail starts at the head).
+        messages, tokens = (tail[0][11], tail[0][12]) if tail else (0, 0)
+        header = Header(
+            at,
+            gaps is not None,
+            pins is not None,
+            summaries is not None,
+            condensed is not None,
+            run,
+            (messages, tokens),
+            None if artifact is None else (artifact, str(rows[0][9])),
+            first,
+        )
         _LAST_TAIL.put(store, sid, tail)
         # The whole history read (nothing below the tail): a chunk asked for one row more, which
         # says the walk back has nothing left to read.
