@@ -262,9 +262,8 @@ class ContextReader:
         return rows
 
     def _remembered(self, rows: list[Row]) -> None:
-        """The items of rows, from those the store remembers (a row read with its payload is
-        not decoded again); the others read without their payloads wait in ``_unread`` until an
-        item of one is wanted."""
+        """The items of rows read without their payloads, from those the store remembers; the
+        others wait in ``_unread`` until an item of one is wanted."""
         table = ITEMS.table(self.store)
         items = self.items
         for row in rows:
@@ -273,6 +272,8 @@ class ContextReader:
             key = (row.event_id, row.whole)
             found = table.get(key)
             if found is None:
+                # (A row read with its payload, on a server, is decoded when its item is wanted:
+                # looked up here first, it is not decoded again.)
                 if not row.payload:
                     self._unread[row.version] = row
                 continue
