@@ -246,3 +246,14 @@ def test_caps_and_a_budget_past_what_an_integer_holds(pg_schema: str) -> None:
         assert built.rendered == _long_way(store, "s", policy).rendered
     finally:
         store.close()
+
+
+def test_the_statements_rows_are_put_in_order_when_the_server_sends_them_otherwise() -> None:
+    from turnlog.projections.context_start import _in_order, _order
+
+    header, retained, tail = (0, None), [(1, 3), (1, 1)], [(2, 9), (2, 8), (2, 5)]
+    rows = [header, *retained, *tail]
+    assert _in_order(rows)
+    for shuffled in ([header, *tail, *retained], [header, retained[1], retained[0], *tail], rows[::-1]):
+        assert not _in_order(shuffled)
+        assert sorted(shuffled, key=_order) == rows
