@@ -117,7 +117,7 @@ def _current_head(
     dialect = dialect_of(conn)
     if dialect.remote:
         watched = materializer(store).watched()
-        return (None if watched is None else read_start(conn, session_id, watched, policy)), None
+        return (None if watched is None else read_start(conn, session_id, watched, policy, store)), None
     token = dialect.unchanged_token(conn)
     attributes = vars(store)
     memo: tuple[Hashable, dict[str, _Fresh]] | None = attributes.get(_FRESH)

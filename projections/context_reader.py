@@ -269,9 +269,11 @@ class ContextReader:
                 for v, _, r, f, n, c, cv, t, e, length, whole, cm, ct, *payload in found:
                     cums[v] = (cm - 1, ct - t)
                     if not self.dead or not is_dead(self.dead, v):
-                        row = Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), tuple(payload))
-                        rows.append(row)
-            if light and rows:
+                        # No event type: a warm build's statement left the payload out, the
+                        # store remembering the row's item (context_start).
+                        kept = tuple(payload) if payload[0] is not None else ()
+                        rows.append(Row(v, r, bool(f), bool(n), c, cv, t, e, length, bool(whole), kept))
+            if rows:
                 self._remembered(rows)
         return rows
 
@@ -286,7 +288,10 @@ class ContextReader:
             key = (row.event_id, row.whole)
             found = table.get(key)
             if found is None:
-                self._unread[row.version] = row
+                # (A row read with its payload, on a server, is decoded when its item is wanted:
+                # looked up here first, it is not decoded again.)
+                if not row.payload:
+                    self._unread[row.version] = row
                 continue
             items[row.version] = found
             try:

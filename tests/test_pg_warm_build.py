@@ -13,6 +13,7 @@ import pytest
 import turnlog
 from tests.helpers.postgres import pg_schema, pg_url, sent_queries
 from turnlog.actions import rewind_session
+from turnlog.projections.context_reader import ITEMS
 from turnlog.projections.context_start import TAIL_CAP
 from turnlog.store import MessageAppended, MessagePinned, ToolCall, ToolReturned
 
@@ -170,3 +171,89 @@ def test_a_readings_first_statement_alone_is_prepared_and_begins_no_transaction(
         assert any("+ 1" in row[0] for row in prepared)
     finally:
         store.close()
+
+
+def _payload_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """For each warm build's statement from here on: how many of its rows came with their event's
+    payload (the type column set; the header row has none)."""
+    from turnlog.store.pg_qmark import QmarkConnection
+
+    counts: list[int] = []
+    alone = QmarkConnection.alone
+
+    def counting(self: QmarkConnection, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        rows = alone(self, sql, params)
+        counts.append(sum(row[15] is not None for row in rows[1:]))
+        return rows
+
+    monkeypatch.setattr(QmarkConnection, "alone", counting)
+    return counts
+
+
+def test_a_warm_build_reads_the_payloads_of_new_messages_alone(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(pg_schema)
+    try:
+        store.append("s", _chat(400))
+        turnlog.build_context(store, "s", POLICY)  # the projections applied
+        counts = _payload_rows(monkeypatch)
+        turnlog.build_context(store, "s", POLICY)
+        turnlog.build_context(store, "s", POLICY)
+        store.append("s", _chat(3)[1:])
+        turnlog.build_context(store, "s", POLICY)  # the new messages applied
+        built = turnlog.build_context(store, "s", POLICY)
+        monkeypatch.undo()
+        assert built.rendered == _long_way(store, "s", POLICY).rendered
+        first, again, grown = counts[0], counts[1], counts[-1]
+        assert first > 40  # every row of the tail, the first time
+        # Then only the rows no build has shown (the retained system message, not in the tail's
+        # range; the rows read below what the budget took) and, after the append, the 3 new ones.
+        shown = len(built.messages) - 2  # not the system message, nor the notice of the omitted
+        assert built.omitted_messages > 0 and again <= first - shown and grown <= again + 3
+    finally:
+        store.close()
+
+
+def test_items_forgotten_since_are_read_again(pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnlog.projections import context_start
+
+    store = _open(pg_schema)
+    try:
+        store.append("s", _chat(400))
+        turnlog.build_context(store, "s", POLICY)
+        # The statement told that every row's item is remembered, none being: the build reads
+        # the payloads it needs, and shows the same.
+        monkeypatch.setattr(context_start, "remembered_range", lambda store, sid: (0, 10**9))
+        ITEMS.table(store).clear()
+        sent = sent_queries(monkeypatch)
+        built = turnlog.build_context(store, "s", POLICY)
+        monkeypatch.undo()
+        assert built.rendered == _long_way(store, "s", POLICY).rendered
+        # The retained rows' payloads, then the tail's (each read when the first is wanted).
+        assert len(sent) == 4 and all("AND c.version IN (" in q for q in sent[1:3])
+    finally:
+        store.close()
+
+
+def test_caps_and_a_budget_past_what_an_integer_holds(pg_schema: str) -> None:
+    store = _open(pg_schema)
+    try:
+        store.append("s", _chat(50) + _tool_turns(3))
+        policy = turnlog.ContextPolicy(budget=2**40, max_tool_tokens=2**40, max_message_tokens=2**40)
+        built = turnlog.build_context(store, "s", policy)
+        assert built.omitted_messages == 0
+        assert built.rendered == _long_way(store, "s", policy).rendered
+    finally:
+        store.close()
+
+
+def test_the_statements_rows_are_put_in_order_when_the_server_sends_them_otherwise() -> None:
+    from turnlog.projections.context_start import _in_order, _order
+
+    header, retained, tail = (0, None), [(1, 3), (1, 1)], [(2, 9), (2, 8), (2, 5)]
+    rows = [header, *retained, *tail]
+    assert _in_order(rows)
+    for shuffled in ([header, *tail, *retained], [header, retained[1], retained[0], *tail], rows[::-1]):
+        assert not _in_order(shuffled)
+        assert sorted(shuffled, key=_order) == rows

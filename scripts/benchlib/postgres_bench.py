@@ -398,8 +398,10 @@ def render(result: dict[str, Any], command: str) -> str:
         "its checks; tokenizing and checking each event is most of the rest. "
         "A warm build is one prepared statement (the "
         "projections' freshness, the header, the retained rows and the tail, projections/context_start.py) "
-        "where the floor reads one query; the rest is the server joining each row to its event for "
-        "the text and the builder's Python.",
+        "where the floor reads one query; it joins to their events only the rows whose decoded "
+        "texts the store does not remember (a turn's new messages: the rows of the last build are "
+        "remembered), answers in binary and leaves the sort to the client; the rest is the "
+        "builder's Python.",
     ]
     return "\n".join(lines)
 
