@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
+import unicodedata
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from turnlog.store.errors import TokenizerError
@@ -58,6 +59,12 @@ class Tokenizer:
         return self._loaded
 
     @property
+    def _splitting(self) -> bool:
+        """Whether the encoding's pattern is one :meth:`splits` knows (any other, or an encoding
+        object that does not say its pattern, is always counted whole)."""
+        return getattr(self._encoding, "_pat_str", None) in _SPLITTING_PATTERNS
+
+    @property
     def loaded(self) -> bool:
         """Whether the encoding is in memory (reading stored counts never loads it)."""
         return self._loaded is not None
@@ -88,29 +95,45 @@ class Tokenizer:
         return tokens
 
     def splits(self, left: str, right: str) -> bool:
-        """Whether ``count(left + right) == count(left) + count(right)`` for sure, so that a text
-        made of known parts is counted from the parts' remembered counts, not tokenized again.
+        """Whether ``count(left + right) == count(left) + count(right)`` for sure (and the tokens
+        of the join are the two sides' tokens), so that a text made of known parts is counted from
+        the parts' remembered counts, and a head cut from an encoded prefix has a known count.
 
         tiktoken cuts a text into pieces with its encoding's pattern, then encodes each piece on
-        its own: the counts add up when no piece spans the join and the pieces on each side are
-        those of the side alone. Under the cl100k patterns that holds at two kinds of join:
-        ``left`` ending in a line break after a non-space character and ``right`` opening with a
-        non-space character (the break ends its piece, alone or after punctuation, whatever
-        follows); and ``left`` ending in an ASCII letter or digit and ``right`` opening with a line
-        break then such a character. Anything else (a join inside a run of spaces or breaks, a
-        word cut in two), or another encoding's pattern: False, and the caller counts the whole."""
-        if not left or not right or self._encoding._pat_str not in _SPLITTING_PATTERNS:
+        its own: the counts add up when a piece ends at the join in the joined text and in
+        ``left`` alone (the pattern has no look-behind, so ``right``'s pieces are its own). Under
+        the cl100k pattern that holds, by its alternatives, when ``left`` ends in a letter and
+        ``right`` does not open with one (a run of letters ends there either way); in a digit and
+        ``right`` does not open with one; in punctuation and ``right`` opens with a space, a tab
+        or a digit (a letter could take the punctuation in front of it, a break would be taken
+        after it); in a line break after a non-space character and ``right`` opens with a
+        non-space character, or spaces and tabs then one (a second break would join the first).
+        A join inside a run of spaces, or another encoding's pattern: False,
+        and the caller counts the whole."""
+        if not left or not right or not self._splitting:
             return False
-        if left[-1] == "\n":
-            return len(left) > 1 and not left[-2].isspace() and _opens(right, 0)
-        return left[-1] in _ASCII_WORD and right[0] == "\n" and _opens(right, 1)
+        last, first = left[-1], right[0]
+        if last == "\n":
+            return (
+                len(left) > 1
+                and not left[-2].isspace()
+                and _opens(right, len(right) - len(right.lstrip(" \t")))
+            )
+        if last.isspace():
+            return False
+        kind = unicodedata.category(last)[0]
+        if kind == "L":
+            return unicodedata.category(first)[0] != "L"
+        if kind == "N":
+            return unicodedata.category(first)[0] != "N"
+        return first in " \t" or unicodedata.category(first)[0] == "N"
 
     def splits_lines(self, lines: Sequence[str]) -> bool:
         """Whether every join of ``"\\n".join(lines)`` :meth:`splits`, and of any of its lines
         in their order, so that its count is the sum of each line's count with its break (the
         last line's without): every line opens with a non-space character other than "/" and ends
         with a non-space character."""
-        if self._encoding._pat_str not in _SPLITTING_PATTERNS:
+        if not self._splitting:
             return False
         return all(line and not line[-1].isspace() and _opens(line, 0) for line in lines)
 
@@ -144,22 +167,52 @@ class Tokenizer:
     def head(self, text: str, n: int) -> str:
         """The text of the first ``n`` tokens of ``text``, cut at a character boundary. Only a prefix
         a little longer than needed is encoded, so the cost follows ``n``, not the text's length."""
+        return self._head(text, n)[2]
+
+    def head_counted(
+        self, text: str, n: int, trim: Callable[[str], str] | None = None
+    ) -> tuple[str, int | None]:
+        """:meth:`head`, cut further by ``trim`` (which returns a prefix of what it is given), and
+        its exact count when the encoding of the prefix already says it: when the head's join
+        with the rest of the prefix :meth:`splits`, its tokens are the prefix's first ones. None:
+        not known, count it."""
+        tokens, piece, head = self._head(text, n)
+        if trim is not None:
+            head = trim(head)
+        return head, self._part_count(tokens, piece, head, end=False)
+
+    def tail(self, text: str, n: int) -> str:
+        """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
+        character boundary; like :meth:`head`, it encodes only a suffix."""
+        return self._tail(text, n)[2]
+
+    def tail_counted(
+        self, text: str, n: int, trim: Callable[[str], str] | None = None
+    ) -> tuple[str, int | None]:
+        """:meth:`tail`, cut further by ``trim`` (which returns a suffix of what it is given), and
+        its exact count when known (see :meth:`head_counted`)."""
+        tokens, piece, tail = self._tail(text, n)
+        if trim is not None:
+            tail = trim(tail)
+        return tail, self._part_count(tokens, piece, tail, end=True)
+
+    def _head(self, text: str, n: int) -> tuple[list[int], str, str]:
+        """The prefix encoded, its tokens, and the text of the first ``n`` of them."""
         if n <= 0:
-            return ""
+            return [], "", ""
         size = n * 6 + 16
         while True:
             piece = text[:size]
             tokens = self._encoding.encode_ordinary(piece)
             if len(tokens) > n or size >= len(text):
                 data: bytes = self._encoding.decode_bytes(tokens[:n])
-                return data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore")
             size *= 2
 
-    def tail(self, text: str, n: int) -> str:
-        """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
-        character boundary; like :meth:`head`, it encodes only a suffix."""
+    def _tail(self, text: str, n: int) -> tuple[list[int], str, str]:
+        """The suffix encoded, its tokens, and the text of about the last ``n`` of them."""
         if n <= 0:
-            return ""
+            return [], "", ""
         size = n * 6 + 16
         while True:
             piece = text[-size:]
@@ -168,8 +221,48 @@ class Tokenizer:
                 # The first token of a cut slice may be a fragment: skip it when there is room.
                 keep = tokens[-n:] if len(tokens) > n else tokens
                 data: bytes = self._encoding.decode_bytes(keep)
-                return data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore")
             size *= 2
+
+    def _part_count(self, tokens: list[int], piece: str, part: str, *, end: bool) -> int | None:
+        """The count of ``part``, the start (``end``: the end) of ``piece`` whose tokens are
+        ``tokens``, read from them when the join :meth:`splits` (the part's tokens are then the
+        first or last of the piece's, those whose bytes are the part's); None when it does not."""
+        if not part:
+            return 0
+        rest = piece[: len(piece) - len(part)] if end else piece[len(part) :]
+        if not (piece.endswith(part) if end else piece.startswith(part)):
+            return None
+        if rest and not (self.splits(rest, part) if end else self.splits(part, rest)):
+            return None
+        try:
+            want = part.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: tiktoken encoded a replacement
+            return None
+        decode = self._encoding.decode_bytes
+
+        def taken(m: int) -> bytes:
+            return bytes(decode(tokens[len(tokens) - m :] if end else tokens[:m]))
+
+        # Each token has at least one byte: the bytes taken grow with the tokens taken.
+        low, high = 0, len(tokens)
+        while low < high:
+            mid = (low + high) // 2
+            if len(taken(mid)) < len(want):
+                low = mid + 1
+            else:
+                high = mid
+        return low if taken(low) == want else None
+
+    def remember(self, text: str, tokens: int) -> None:
+        """Remember ``tokens`` as the count of ``text``, known exactly without tokenizing it (a
+        head whose tokens are a prefix's first ones): :meth:`count` then finds it."""
+        if text:
+            key = (self.name, text if len(text) <= _KEY_CHARS else _digest(text))
+            with _COUNTS_LOCK:
+                _COUNTS[key] = tokens
+                if len(_COUNTS) > COUNTS_KEPT:
+                    _COUNTS.popitem(last=False)
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r})"
@@ -208,9 +301,6 @@ def _load_encoding(name: str) -> Any:
             "or point TIKTOKEN_CACHE_DIR at a folder holding the encoding file"
         ) from exc
     return encoding
-
-
-_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
 def _opens(text: str, at: int) -> bool:

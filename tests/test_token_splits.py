@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 import turnlog
 from turnlog import ContextPolicy, build_context
 from turnlog.projections import context_preamble
+from turnlog.projections.capping import cap_text
 from turnlog.store import ArtifactWritten, MessageAppended, Tokenizer
-from turnlog.store.tokenizer import load_tokenizer
+from turnlog.store.tokenizer import forget_counts, load_tokenizer
 
 PIECES = [
     *"ab Z9\n\t/-.…`'[]()é日:,_",
@@ -79,7 +80,11 @@ def test_splits_are_found_where_the_callers_need_them() -> None:
     assert tok.splits("def head(x): return x", "\n[turnlog: output capped]\n")
     assert tok.splits("[turnlog: output capped]\n", "tail text")
     assert not tok.splits("head \n", "tail")  # a run of spaces and a break is one piece
-    assert not tok.splits("head\n", " tail")
+    assert tok.splits("head,\n", "    indented")  # a break, then spaces that open a line
+    assert not tok.splits("head\n", "  \n tail")  # two breaks in one run of spaces
+    assert not tok.splits("head\n", "   ")  # spaces to the end of the text
+    assert not tok.splits("x = [", "value")  # punctuation may open a word
+    assert tok.splits("x = [", " value") and tok.splits("word", ", more")
     assert not tok.splits("head\n", "/path")
     assert not tok.splits("head", "tail")  # a word cut in two
 
@@ -132,3 +137,35 @@ def test_the_index_cut_by_lines_is_the_cut_counted_whole(
             rendered.append(built.rendered)
     assert rendered[0] == rendered[1]
     assert taken[0] is not None  # the first build took the shortcut
+
+
+long_texts = st.lists(
+    st.sampled_from([*PIECES, "word ", "x = f(y)\n", "    indent\n", "/usr/bin\n"]), max_size=300
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=long_texts, n=st.integers(min_value=0, max_value=120))
+def test_a_head_or_tail_count_given_is_the_tokenizers(text: str, n: int) -> None:
+    tok = load_tokenizer()
+    head, head_tokens = tok.head_counted(text, n)
+    tail, tail_tokens = tok.tail_counted(text, n)
+    assert head == tok.head(text, n) and tail == tok.tail(text, n)
+    if head_tokens is not None:
+        assert head_tokens == exact(head)
+    if tail_tokens is not None:
+        assert tail_tokens == exact(tail)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=long_texts, cap=st.integers(min_value=32, max_value=200))
+def test_a_capped_texts_counts_are_the_tokenizers(text: str, cap: int) -> None:
+    forget_counts()
+    capped = cap_text(text, cap, load_tokenizer(), lambda shown, total: f"[turnlog: {shown:,} of {total:,}]")
+    assert capped.tokens == exact(capped.text) <= cap
+    assert capped.total_tokens == exact(text)
+    if capped.capped and capped.shown_tokens:
+        head, _, tail = capped.text.partition("\n[turnlog: ")
+        tail = tail.partition("]")[2].removeprefix("\n")
+        assert capped.shown_tokens == exact(head) + exact(tail)
+    forget_counts()  # nothing remembered here is left to other tests
