@@ -176,10 +176,10 @@ class Tokenizer:
         its exact count when the encoding of the prefix already says it: when the head's join
         with the rest of the prefix :meth:`splits`, its tokens are the prefix's first ones. None:
         not known, count it."""
-        tokens, piece, head = self._head(text, n)
+        tokens, piece, head, taken = self._head(text, n)
         if trim is not None:
             head = trim(head)
-        return head, self._part_count(tokens, piece, head, end=False)
+        return head, self._part_count(tokens, piece, head, taken, end=False)
 
     def tail(self, text: str, n: int) -> str:
         """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
@@ -191,28 +191,30 @@ class Tokenizer:
     ) -> tuple[str, int | None]:
         """:meth:`tail`, cut further by ``trim`` (which returns a suffix of what it is given), and
         its exact count when known (see :meth:`head_counted`)."""
-        tokens, piece, tail = self._tail(text, n)
+        tokens, piece, tail, taken = self._tail(text, n)
         if trim is not None:
             tail = trim(tail)
-        return tail, self._part_count(tokens, piece, tail, end=True)
+        return tail, self._part_count(tokens, piece, tail, taken, end=True)
 
-    def _head(self, text: str, n: int) -> tuple[list[int], str, str]:
-        """The prefix encoded, its tokens, and the text of the first ``n`` of them."""
+    def _head(self, text: str, n: int) -> tuple[list[int], str, str, tuple[int, int]]:
+        """The prefix encoded, its tokens, the text of the first ``n`` of them, and how many tokens
+        and bytes that text was decoded from."""
         if n <= 0:
-            return [], "", ""
+            return [], "", "", (0, 0)
         size = n * 6 + 16
         while True:
             piece = text[:size]
             tokens = self._encoding.encode_ordinary(piece)
             if len(tokens) > n or size >= len(text):
                 data: bytes = self._encoding.decode_bytes(tokens[:n])
-                return tokens, piece, data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore"), (min(n, len(tokens)), len(data))
             size *= 2
 
-    def _tail(self, text: str, n: int) -> tuple[list[int], str, str]:
-        """The suffix encoded, its tokens, and the text of about the last ``n`` of them."""
+    def _tail(self, text: str, n: int) -> tuple[list[int], str, str, tuple[int, int]]:
+        """The suffix encoded, its tokens, the text of about the last ``n`` of them, and how many
+        tokens and bytes that text was decoded from."""
         if n <= 0:
-            return [], "", ""
+            return [], "", "", (0, 0)
         size = n * 6 + 16
         while True:
             piece = text[-size:]
@@ -221,13 +223,16 @@ class Tokenizer:
                 # The first token of a cut slice may be a fragment: skip it when there is room.
                 keep = tokens[-n:] if len(tokens) > n else tokens
                 data: bytes = self._encoding.decode_bytes(keep)
-                return tokens, piece, data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore"), (len(keep), len(data))
             size *= 2
 
-    def _part_count(self, tokens: list[int], piece: str, part: str, *, end: bool) -> int | None:
+    def _part_count(
+        self, tokens: list[int], piece: str, part: str, taken: tuple[int, int], *, end: bool
+    ) -> int | None:
         """The count of ``part``, the start (``end``: the end) of ``piece`` whose tokens are
         ``tokens``, read from them when the join :meth:`splits` (the part's tokens are then the
-        first or last of the piece's, those whose bytes are the part's); None when it does not."""
+        first or last of the piece's, those whose bytes are the part's); None when it does not.
+        ``taken``: the tokens and bytes the part was decoded from before a trim cut it shorter."""
         if not part:
             return 0
         rest = piece[: len(piece) - len(part)] if end else piece[len(part) :]
@@ -239,20 +244,16 @@ class Tokenizer:
             want = part.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: tiktoken encoded a replacement
             return None
-        decode = self._encoding.decode_bytes
-
-        def taken(m: int) -> bytes:
-            return bytes(decode(tokens[len(tokens) - m :] if end else tokens[:m]))
-
-        # Each token has at least one byte: the bytes taken grow with the tokens taken.
-        low, high = 0, len(tokens)
-        while low < high:
-            mid = (low + high) // 2
-            if len(taken(mid)) < len(want):
-                low = mid + 1
-            else:
-                high = mid
-        return low if taken(low) == want else None
+        # Give back the tokens of what the trim cut off, from the cut end (a few, one line's).
+        single = self._encoding.decode_single_token_bytes
+        m, size = taken
+        while size > len(want) and m > 0:
+            size -= len(single(tokens[len(tokens) - m] if end else tokens[m - 1]))
+            m -= 1
+        if size != len(want):
+            return None
+        got = self._encoding.decode_bytes(tokens[len(tokens) - m :] if end else tokens[:m])
+        return m if got == want else None
 
     def remember(self, text: str, tokens: int) -> None:
         """Remember ``tokens`` as the count of ``text``, known exactly without tokenizing it (a
