@@ -202,7 +202,7 @@ def _full(reader: ContextReader, key: _Key) -> _Index | None:
             text = tokens = None
             if len(shown) == len(names):
                 text = "\n".join([header, *shown])
-                tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
+                tokens = PER_MESSAGE + reader.costs["system"] + _count_lines(reader, header, shown, text)
             index = _Index(header, tuple(shown), len(names), text, tokens)
     return _FULL.put(reader.store, key, (index,))[0]
 
@@ -277,6 +277,17 @@ def _cut_by_lines(reader: ContextReader, index: _Index, limit: int) -> tuple[tup
         kept, size, used = kept + 1, more_size, more_used
     omitted = preamble_omitted(index.total - kept)
     return (("\n".join([index.header, *entries[:kept], omitted]), used + tok.count(omitted)),)
+
+
+def _count_lines(reader: ContextReader, header: str, entries: list[str], text: str) -> int:
+    """Tokens of ``text``, the header and entries joined by breaks: the sum of its lines' counts
+    (each counted once per store) where their joins split, else ``text`` counted whole."""
+    tok = reader.tok
+    if not entries or not tok.splits_lines([header, *entries]):
+        return tok.count(text)
+    return (
+        tok.count(header + "\n") + sum(_line_tokens(reader, e) for e in entries[:-1]) + tok.count(entries[-1])
+    )
 
 
 def _line_tokens(reader: ContextReader, entry: str) -> int:
