@@ -139,7 +139,9 @@ class Tokenizer:
 
     def count_joined(self, parts: Iterable[str]) -> int:
         """Exact ``count("".join(parts))``: the sum of the parts' (remembered) counts where every
-        join :meth:`splits`, parts whose join does not counted together."""
+        join :meth:`splits`. Where one does not, only the last line before it is counted again with
+        what follows (the text before that line, when its own join splits, is the run's count less
+        the line's), not the whole run."""
         total = 0
         run = ""
         for part in parts:
@@ -148,8 +150,12 @@ class Tokenizer:
             if run and self.splits(run, part):
                 total += self.count(run)
                 run = part
-            else:
-                run += part
+                continue
+            line = run.rfind("\n", 0, len(run) - 1) + 1
+            if line > 0 and self.splits(run[:line], run[line:]):
+                total += self.count(run) - self.count(run[line:])
+                run = run[line:]
+            run += part
         return total + self.count(run)
 
     def count_all(self, texts: Iterable[str]) -> int:

@@ -169,3 +169,16 @@ def test_a_capped_texts_counts_are_the_tokenizers(text: str, cap: int) -> None:
         tail = tail.partition("]")[2].removeprefix("\n")
         assert capped.shown_tokens == exact(head) + exact(tail)
     forget_counts()  # nothing remembered here is left to other tests
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    parts=st.lists(long_texts, max_size=4), notice=st.sampled_from(["\n[turnlog: capped]\n", "\n[x]", "\n\n"])
+)
+def test_count_joined_of_lines_around_a_notice_is_the_count_of_the_join(
+    parts: list[str], notice: str
+) -> None:
+    """Where a join does not split, the run before it is counted less its last line."""
+    tok = load_tokenizer()
+    joined = [parts[0], notice, *parts[1:]] if parts else [notice]
+    assert tok.count_joined(joined) == exact("".join(joined))
