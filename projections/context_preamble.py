@@ -269,10 +269,15 @@ def _cut_by_lines(reader: ContextReader, index: _Index, limit: int) -> tuple[tup
     kept, size, used = 0, len(header), tok.count(header)
     if not fits(kept, size, used):
         return (None,)
+    # Every closing line is at most as long as the first, and has at most as many tokens as bytes:
+    # below that bound an entry fits without counting the closing line it would get.
+    widest = preamble_omitted(index.total)
+    room_chars, room_tokens = INDEX_MAX_CHARS - len(widest), limit - len(widest.encode("utf-8"))
     while kept < last:
         entry = entries[kept]
         more_size, more_used = size + len(entry) + 1, used + _line_tokens(reader, entry)
-        if not fits(kept + 1, more_size, more_used):
+        surely = more_size <= room_chars and more_used <= room_tokens
+        if not surely and not fits(kept + 1, more_size, more_used):
             break
         kept, size, used = kept + 1, more_size, more_used
     omitted = preamble_omitted(index.total - kept)
