@@ -59,11 +59,17 @@ def cap_text(
             break
         head_n = max(1, int(available * head_share))
         tail_n = max(0, available - head_n)
-        head = _to_line_end(tokenizer.head(text, head_n))
-        tail = _from_line_start(tokenizer.tail(text, tail_n))
+        head, head_tokens = tokenizer.head_counted(text, head_n, _to_line_end)
+        tail, tail_tokens = tokenizer.tail_counted(text, tail_n, _from_line_start)
+        for part, known in ((head, head_tokens), (tail, tail_tokens)):
+            if known is not None:  # read from the encoding that cut it: not tokenized again
+                tokenizer.remember(part, known)
         shown = tokenizer.count(head) + tokenizer.count(tail)
-        result = f"{head}\n{notice(shown, total)}\n{tail}" if tail else f"{head}\n{notice(shown, total)}"
-        tokens = tokenizer.count(result)
+        # Counted from its parts where their joins split (Tokenizer.splits): the head and tail
+        # are not tokenized a second time inside the result.
+        middle = f"\n{notice(shown, total)}\n" if tail else f"\n{notice(shown, total)}"
+        result = f"{head}{middle}{tail}"
+        tokens = tokenizer.count_joined((head, middle, tail))
         if tokens <= max_tokens:
             return Capped(result, tokens, total, True, shown)
         available -= tokens - max_tokens

