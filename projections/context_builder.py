@@ -86,6 +86,10 @@ class ContextBuilder(UnitRenderer):
         if index is not None:
             messages.append(index)
             used += index.tokens
+        if stable is not None and used > policy.budget:
+            # The notes of artifacts written since the cut's move are not cut to the room left:
+            # when they do not fit, the cut moves and the index takes them in.
+            raise CacheOverflow
         remaining = policy.budget - used - reserve
 
         kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -169,6 +169,9 @@ def store() -> Iterator[SQLiteStore]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=5, max_size=45), budget=st.integers(700, 4000))
+# Found by hypothesis: the note of an artifact written since the cut's move took the build one token
+# over the budget (the notes were added after the check of what is always kept).
+@example(steps=[("call", [5, 5, 462]), ("pin", 0), ("artifact", 1), ("text", 1), ("user", 1)], budget=700)
 def test_each_call_starts_with_the_previous_call_unless_the_cut_moved(
     steps: list[tuple[str, Any]], budget: int
 ) -> None:
