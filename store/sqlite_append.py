@@ -38,6 +38,7 @@ _HEADS = (
     "LEFT JOIN (SELECT position, order_hash FROM events ORDER BY position DESC LIMIT 1) g ON TRUE"
 )
 _INSERT = f"INSERT INTO events ({INSERT_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (id, size, codec, data) VALUES (?, ?, ?, ?)"
 
 
 class _Lookup:
@@ -148,13 +149,18 @@ class AppendingStore(BatchAppender, ReadingStore):
             recorded_at=now(),
             times=times,
         )
-        if batch.blobs:
-            conn.executemany(
-                "INSERT OR IGNORE INTO blobs (id, size, codec, data) VALUES (?, ?, ?, ?)",
-                list(batch.blobs.values()),
-            )
+        # One row (a durable append's usual batch) goes through execute: executemany's iteration
+        # costs more than the row itself.
+        blobs = list(batch.blobs.values())
+        if len(blobs) == 1:
+            conn.execute(_INSERT_BLOB, blobs[0])
+        elif blobs:
+            conn.executemany(_INSERT_BLOB, blobs)
         try:
-            conn.executemany(_INSERT, batch.rows)
+            if len(batch.rows) == 1:
+                conn.execute(_INSERT, batch.rows[0])
+            else:
+                conn.executemany(_INSERT, batch.rows)
         except sqlite3.IntegrityError as exc:
             if "events.event_id" in str(exc):
                 raise StoredEventId from None
