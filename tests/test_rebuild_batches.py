@@ -56,24 +56,30 @@ def _session(n_calls: int) -> list[Any]:
     return events
 
 
+def _traced_rebuild(store: SQLiteStore) -> list[str]:
+    """The statements of a rebuild of every projection, checked to give what incremental gave."""
+    m = materializer(store)
+    m.catch_up()
+    before = m.snapshots()
+    statements: list[str] = []
+    with store.reading() as conn:
+        conn.set_trace_callback(statements.append)
+    try:
+        m.rebuild()
+    finally:
+        with store.reading() as conn:
+            conn.set_trace_callback(None)
+    assert m.snapshots() == before
+    return statements
+
+
 def test_a_rebuild_reads_no_call_back_per_tool_return(monkeypatch: pytest.MonkeyPatch) -> None:
     store = SQLiteStore.open(":memory:")
     try:
         for sid in ("a", "b"):
             store.append(sid, _session(40))
-        m = materializer(store)
-        m.catch_up()
-        before = m.snapshots()
         monkeypatch.setattr(materialize, "BATCH", 50)  # sessions cut across batches
-        statements: list[str] = []
-        with store.reading() as conn:
-            conn.set_trace_callback(statements.append)
-        try:
-            m.rebuild()
-        finally:
-            with store.reading() as conn:
-                conn.set_trace_callback(None)
-        assert m.snapshots() == before
+        statements = _traced_rebuild(store)
         # 80 tool returns: their calls are found in memory (live_index) or in the session's open
         # calls read once (context_index), never with a statement each.
         # (A few at most: a session's open calls when it goes on in the next batch, a return whose
@@ -93,18 +99,7 @@ def test_a_call_answered_in_the_same_batch_is_written_once() -> None:
     try:
         for sid in ("a", "b"):
             store.append(sid, _session(40))
-        m = materializer(store)
-        m.catch_up()
-        before = m.snapshots()
-        statements: list[str] = []
-        with store.reading() as conn:
-            conn.set_trace_callback(statements.append)
-        try:
-            m.rebuild()
-        finally:
-            with store.reading() as conn:
-                conn.set_trace_callback(None)
-        assert m.snapshots() == before
+        statements = _traced_rebuild(store)
         # 80 calls, each answered in the batch that holds it: its row is inserted with its return
         # (one row each), never inserted and then updated.
         inserts = [s for s in statements if s.startswith("INSERT INTO ctx_calls")]
