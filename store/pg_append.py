@@ -54,6 +54,7 @@ from turnlog.store.pg_fast import (
 )
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
+from turnlog.store.pg_sequenced import insert_sequenced
 from turnlog.store.rows import gc_paused
 
 # The session's last version and hash (placed or not), the last placed position and its order
@@ -212,6 +213,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             if planned is not None:
                 insert, batch, within, heads = planned
                 try:
+                    if insert is None and batch.rows[-1][0] is None:  # store.pg_sequenced
+                        return self._with_positions(
+                            session_id, batch, self._insert_sequenced(conn, batch, heads)
+                        )
                     if insert is None:  # one prepared statement (store.pg_fast)
                         alone = self._insert_placed(conn, batch, heads)
                     elif batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
@@ -398,6 +403,22 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             self._failed(conn, exc, committing=True)
         return False
 
+    def _insert_sequenced(
+        self, conn: Connection, batch: LinkedBatch, heads: Heads
+    ) -> tuple[int, str, dict[str, int]]:
+        """The contended append in one prepared statement, placed by the server, then its flush
+        (store.pg_sequenced). A failed check raises Stale (nothing stored)."""
+        try:
+            return insert_sequenced(
+                conn,
+                batch,
+                (self.session_lock_space, batch.records[0].session_id, self.place_key),
+                (heads.version, heads.prev_hash),
+            )
+        except BaseException as exc:
+            self._tips().forget(batch.records[0].session_id)
+            self._failed(conn, exc, committing=True)
+
     def _tips(self) -> Tips:
         found: Tips | None = vars(self).get("_known_tips")
         if found is None:
@@ -441,6 +462,8 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             batch = link_batch(session_id, prepared, heads, salt=self.salt, recorded_at=now(), times=times)
         if placing and not within and len(prepared) <= MAX_FAST_ROWS:
             return None, batch, False, heads  # one prepared statement (store.pg_fast)
+        if not placing and len(prepared) <= MAX_FAST_ROWS:
+            return None, batch, False, heads  # placed by the server (store.pg_sequenced)
         insert = StatementBatch(conn)
         insert.execute("BEGIN")
         if not placing:
