@@ -8,11 +8,13 @@ advisory lock (writers of one session take turns; versions and the session's cha
 ``turnlog.open_store`` registers none, and applies the projections at the next read). With the
 placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
 the global order in its own transaction, after any committed rows still waiting: one transaction,
-one commit (one prepared statement when the heads are known: store.pg_fast). When another writer
-holds the placing lock, or other writers were seen moving the order lately, the rows are inserted
-unplaced and committed side by side with the other writers', then placed right after with every
-other waiting row, without holding the placing lock through a flush (store.pg_chain.place_durably:
-one flush makes the rows and their placing durable)."""
+one commit (one prepared statement when the heads are known: store.pg_fast). Where other writers
+were seen moving the order lately and the session's head is known, one prepared statement has the
+server place the batch after the order's head it reads under the placing lock, committing without
+a flush, and a second waits for the flush (store.pg_sequenced). Otherwise, when another writer holds
+the placing lock, the rows are inserted unplaced and committed side by side with the other writers',
+then placed right after with every other waiting row, without holding the placing lock through a
+flush (store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
@@ -438,8 +440,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         checks need nothing read: BEGIN, the locks tried and the heads compared by the server (a
         statement that fails unless all the locks were free and the heads are those: then the
         append takes the long way), then the inserts, the projections' rows and COMMIT, queued
-        together. Where other writers keep moving the order (the last tries missed), the rows are
-        inserted unplaced, checked against the session's head only, and placed after the commit.
+        together. Where other writers keep moving the order (the last tries missed), the batch is
+        checked against the session's head only and placed by the server (store.pg_sequenced; a
+        batch over MAX_FAST_ROWS: inserted unplaced and placed after the commit).
         None when it cannot be tried."""
         tips = self._tips()
         session, order = tips.sessions.get(session_id), tips.order
