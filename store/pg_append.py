@@ -8,11 +8,13 @@ advisory lock (writers of one session take turns; versions and the session's cha
 ``turnlog.open_store`` registers none, and applies the projections at the next read). With the
 placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
 the global order in its own transaction, after any committed rows still waiting: one transaction,
-one commit (one prepared statement when the heads are known: store.pg_fast). When another writer
-holds the placing lock, or other writers were seen moving the order lately, the rows are inserted
-unplaced and committed side by side with the other writers', then placed right after with every
-other waiting row, without holding the placing lock through a flush (store.pg_chain.place_durably:
-one flush makes the rows and their placing durable)."""
+one commit (one prepared statement when the heads are known: store.pg_fast). Where other writers
+were seen moving the order lately and the session's head is known, one prepared statement has the
+server place the batch after the order's head it reads under the placing lock, committing without
+a flush, and a second waits for the flush (store.pg_sequenced). Otherwise, when another writer holds
+the placing lock, the rows are inserted unplaced and committed side by side with the other writers',
+then placed right after with every other waiting row, without holding the placing lock through a
+flush (store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ from turnlog.store.pg_fast import (
 )
 from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
+from turnlog.store.pg_sequenced import insert_sequenced
 from turnlog.store.rows import gc_paused
 
 # The session's last version and hash (placed or not), the last placed position and its order
@@ -212,6 +215,10 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             if planned is not None:
                 insert, batch, within, heads = planned
                 try:
+                    if insert is None and batch.rows[-1][0] is None:  # store.pg_sequenced
+                        return self._with_positions(
+                            session_id, batch, self._insert_sequenced(conn, batch, heads)
+                        )
                     if insert is None:  # one prepared statement (store.pg_fast)
                         alone = self._insert_placed(conn, batch, heads)
                     elif batch.rows[-1][0] is None:  # inserted unplaced, and placed in the same query
@@ -398,6 +405,22 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             self._failed(conn, exc, committing=True)
         return False
 
+    def _insert_sequenced(
+        self, conn: Connection, batch: LinkedBatch, heads: Heads
+    ) -> tuple[int, str, dict[str, int]]:
+        """The contended append in one prepared statement, placed by the server, then its flush
+        (store.pg_sequenced). A failed check raises Stale (nothing stored)."""
+        try:
+            return insert_sequenced(
+                conn,
+                batch,
+                (self.session_lock_space, batch.records[0].session_id, self.place_key),
+                (heads.version, heads.prev_hash),
+            )
+        except BaseException as exc:
+            self._tips().forget(batch.records[0].session_id)
+            self._failed(conn, exc, committing=True)
+
     def _tips(self) -> Tips:
         found: Tips | None = vars(self).get("_known_tips")
         if found is None:
@@ -417,8 +440,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         checks need nothing read: BEGIN, the locks tried and the heads compared by the server (a
         statement that fails unless all the locks were free and the heads are those: then the
         append takes the long way), then the inserts, the projections' rows and COMMIT, queued
-        together. Where other writers keep moving the order (the last tries missed), the rows are
-        inserted unplaced, checked against the session's head only, and placed after the commit.
+        together. Where other writers keep moving the order (the last tries missed), the batch is
+        checked against the session's head only and placed by the server (store.pg_sequenced; a
+        batch over MAX_FAST_ROWS: inserted unplaced and placed after the commit).
         None when it cannot be tried."""
         tips = self._tips()
         session, order = tips.sessions.get(session_id), tips.order
@@ -441,6 +465,8 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
             batch = link_batch(session_id, prepared, heads, salt=self.salt, recorded_at=now(), times=times)
         if placing and not within and len(prepared) <= MAX_FAST_ROWS:
             return None, batch, False, heads  # one prepared statement (store.pg_fast)
+        if not placing and len(prepared) <= MAX_FAST_ROWS:
+            return None, batch, False, heads  # placed by the server (store.pg_sequenced)
         insert = StatementBatch(conn)
         insert.execute("BEGIN")
         if not placing:

@@ -135,28 +135,65 @@ def test_an_append_beside_other_writers_places_without_a_flush_under_the_lock(
         assert [r.position for r in first.append("s", _turn(2))] == [7, 8]
         second.append("t", _turn(1))
         sent = sent_queries(monkeypatch)
-        records = first.append("s", _turn(3))  # other writers seen: inserted unplaced, then placed
+        records = first.append("s", _turn(3))  # other writers seen: placed by the server
         monkeypatch.undo()
         assert [(r.version, r.position) for r in records] == [(7, 11), (8, 12)]
-        assert len(sent) == 1  # one round trip
-        statements = [s.strip() for s in sent[0].split(";\n")]
-        commit = statements.index("COMMIT")
-        insert, place = statements[:commit], statements[commit + 1 :]
-        assert "SET LOCAL synchronous_commit = off" in insert  # unplaced rows: seen by no reader
-        assert not [s for s in insert if "turnlog_place" in s or str(first.place_key) in s]
-        # The placing commits without waiting for the disk (the placing lock is released at once),
-        # then a transaction of its own waits for the flush that makes the rows and their placing
-        # durable, before the append returns.
-        assert place[:2] == ["BEGIN", "SET LOCAL synchronous_commit = off"]
-        assert "turnlog_place" in place[2]
-        assert place[3:] == [
-            "COMMIT",
-            "BEGIN",
-            "SELECT pg_logical_emit_message(true, 'turnlog', 'placed')",
-            "COMMIT",
-        ]
+        # One statement (store.pg_sequenced): its transaction commits without waiting for the disk
+        # (the placing lock, taken by the placing function before the rows are inserted, is
+        # released at once), the rows inserted placed (no unplaced insert, no update); then a
+        # transaction of its own waits for the flush that makes them durable, before the append
+        # returns.
+        assert len(sent) == 2
+        assert "set_config('synchronous_commit', 'off', true)" in sent[0]
+        assert "turnlog_place" in sent[0] and "INSERT INTO event_log" in sent[0]
+        assert "UPDATE" not in sent[0].upper()
+        assert sent[1] == "SELECT pg_logical_emit_message(true, 'turnlog', 'placed')"
         assert [r.position for r in first.iter_after(0)] == list(range(1, 13))
         assert first.verify().ok
+        for store in (first, second):
+            assert materializer(store).differences() == []
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_contended_append_places_waiting_rows_first_and_stores_its_blobs(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnlog.store import ArtifactWritten
+
+    first, second = _open(pg_schema), _open(pg_schema)
+    try:
+        first.append("s", _turn(0))
+        first.append("s", _turn(1))
+        second.append("t", _turn(0))
+        first.append("s", _turn(2))  # the order moved: first now appends the contended way
+        # Rows another writer committed unplaced (it lost its connection before placing them)
+        # wait: the placing function in first's statement places them before first's rows.
+        import psycopg
+
+        from turnlog.store import StoreError, pg_append
+
+        def lost(*args: Any, **kwargs: Any) -> Any:
+            raise psycopg.OperationalError("connection lost")
+
+        second._tips().misses = 1  # other writers seen: its rows go in unplaced (the long way)
+        monkeypatch.setattr(pg_append, "place_durably", lost)
+        with pytest.raises(StoreError):
+            second.append("u", _turn(0))
+        monkeypatch.undo()
+        (waiting,) = sql("SELECT count(*) FROM event_log WHERE position IS NULL", pg_schema)
+        assert waiting[0] == 2
+        body = "line \x01 with bytes é\n" * 400  # over the inline limit: a blob
+        sent = sent_queries(monkeypatch)
+        records = first.append("s", [ArtifactWritten(name="x", content=body), *_turn(3)])
+        monkeypatch.undo()
+        assert "INSERT INTO blobs" in sent[0] and "turnlog_place" in sent[0]
+        assert [r.position for r in records] == [11, 12, 13]
+        assert [r.position for r in first.iter_after(0)] == list(range(1, 14))
+        stored = [r.event for r in first.read_session("s")]
+        assert getattr(stored[-3], "content", None) == body
+        assert first.verify().ok and second.verify().ok
         for store in (first, second):
             assert materializer(store).differences() == []
     finally:
