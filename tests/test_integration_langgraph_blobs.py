@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import base64
 import sqlite3
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.helpers.postgres import pg_schema, pg_url
+from tests.helpers.postgres import pg_schema
 
 pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph extra")
 
@@ -25,31 +24,13 @@ from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from tests.helpers.langgraph_savers import Opener, opener
 from turnlog.integrations.langgraph import TurnlogSaver
 from turnlog.integrations.langgraph_blobs import MAX_SEGMENTS
 from turnlog.projections.langgraph_index import CHECKPOINT_MEDIA, FRAMEWORK
 from turnlog.store import StateRecorded
 
-__all__ = ["pg_schema"]  # the fixture, imported for this module's tests
-Opener = Callable[[], TurnlogSaver]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Savers on one store: each call opens another (as another process would)."""
-    if request.param == "postgres":
-        where = f"{pg_url()}?schema={request.getfixturevalue('pg_schema')}"
-    else:
-        where = str(tmp_path / "t.db")
-    opened: list[TurnlogSaver] = []
-
-    def open_saver() -> TurnlogSaver:
-        opened.append(TurnlogSaver(where))
-        return opened[-1]
-
-    yield open_saver
-    for saver in opened:
-        saver.close()
+__all__ = ["opener", "pg_schema"]  # the fixtures, imported for this module's tests
 
 
 def _graph() -> StateGraph[Any]:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,33 +26,14 @@ pytest.importorskip("langgraph.checkpoint.base", reason="needs the langgraph ext
 
 from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_checkpoint
 
-from tests.helpers.postgres import pg_schema, pg_url
+from tests.helpers.langgraph_savers import Opener, opener
+from tests.helpers.postgres import pg_schema
 from turnlog.integrations.langgraph import TurnlogSaver
 from turnlog.projections.langgraph_index import writes_of
 from turnlog.projections.registry import materializer
 from turnlog.store import InvalidEventError, StateRecorded
 
-__all__ = ["pg_schema"]  # the fixture, imported for this module's tests
-Opener = Callable[[], TurnlogSaver]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Savers on one store: each call opens another (as another process would)."""
-    if request.param == "postgres":
-        schema = request.getfixturevalue("pg_schema")
-        where = f"{pg_url()}?schema={schema}"
-    else:
-        where = str(tmp_path / "t.db")
-    opened: list[TurnlogSaver] = []
-
-    def open_saver() -> TurnlogSaver:
-        opened.append(TurnlogSaver(where))
-        return opened[-1]
-
-    yield open_saver
-    for saver in opened:
-        saver.close()
+__all__ = ["opener", "pg_schema"]  # the fixtures, imported for this module's tests
 
 
 def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
