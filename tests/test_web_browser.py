@@ -183,6 +183,12 @@ def test_navigate_from_the_list_to_a_timeline_to_a_call(browser: Any, server: st
     field = browser.find_element("css selector", "input[name=q]")
     field.send_keys("retry")
     field.submit()
+    # submit() returns before the answer has loaded: wait for the searched page, not the old list.
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 10).until(
+        lambda b: "q=retry" in b.current_url and b.execute_script("return document.readyState") == "complete"
+    )
     rows = browser.find_elements("css selector", "table.sessions tbody tr")
     assert len(rows) == 1 and "fix-retry" in rows[0].text
 
