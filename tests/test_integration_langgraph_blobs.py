@@ -22,26 +22,14 @@ pytest.importorskip("langgraph.checkpoint.sqlite", reason="needs the langgraph e
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 
-from tests.helpers.langgraph_savers import Opener, opener
+from tests.helpers.langgraph_savers import Opener, echo_graph, opener
 from turnlog.integrations.langgraph import TurnlogSaver
 from turnlog.integrations.langgraph_blobs import MAX_SEGMENTS
 from turnlog.projections.langgraph_index import CHECKPOINT_MEDIA, FRAMEWORK
 from turnlog.store import StateRecorded
 
 __all__ = ["opener", "pg_schema"]  # the fixtures, imported for this module's tests
-
-
-def _graph() -> StateGraph[Any]:
-    def answer(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("answer", answer)
-    builder.add_edge(START, "answer")
-    builder.add_edge("answer", END)
-    return builder
 
 
 def _shape(found: Any) -> Any:
@@ -65,9 +53,9 @@ def test_a_turn_stores_its_new_messages_and_reads_back_as_sqlitesaver(opener: Op
     checkpoints stay small, and every checkpoint of the thread, read in this process and in a fresh
     one, is SqliteSaver's, message for message."""
     conn = sqlite3.connect(tmp_path / "peer.db", check_same_thread=False)
-    peer = _graph().compile(checkpointer=SqliteSaver(conn))
+    peer = echo_graph().compile(checkpointer=SqliteSaver(conn))
     saver = opener()
-    ours = _graph().compile(checkpointer=saver)
+    ours = echo_graph().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "g"}}
     serialized: list[int] = []
     dumps = saver.serde.dumps_typed
@@ -127,9 +115,9 @@ def test_time_travel_from_a_checkpoint_that_refers_to_earlier_ones(opener: Opene
     """Resuming from an older checkpoint (its values partly in earlier checkpoints' blobs) and
     reading it by id from a fresh saver give SqliteSaver's states."""
     conn = sqlite3.connect(tmp_path / "peer.db", check_same_thread=False)
-    peer = _graph().compile(checkpointer=SqliteSaver(conn))
+    peer = echo_graph().compile(checkpointer=SqliteSaver(conn))
     saver = opener()
-    ours = _graph().compile(checkpointer=saver)
+    ours = echo_graph().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "g"}}
     for graph in (peer, ours):
         for i in range(6):
@@ -164,7 +152,7 @@ def test_a_checkpoint_in_the_earlier_form_is_still_read(opener: Opener) -> None:
         assert found is not None and found.checkpoint["channel_values"]["count"] == 3
         assert [m.content for m in found.checkpoint["channel_values"]["messages"]] == ["kept"]
     config: Any = {"configurable": {"thread_id": "old"}}
-    graph = _graph().compile(checkpointer=saver)
+    graph = echo_graph().compile(checkpointer=saver)
     graph.invoke({"messages": [("user", "next")]}, config)
     assert [m.content for m in graph.get_state(config).values["messages"]] == ["kept", "next", "noted 2"]
 
@@ -186,7 +174,7 @@ def test_a_write_looks_only_at_the_messages_after_those_it_last_wrote(opener: Op
         return changes(live, messages, mapped)
 
     saver = opener()
-    graph = _graph().compile(checkpointer=saver)
+    graph = echo_graph().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "g"}}
     graph.invoke({"messages": [("user", "first")]}, config)
     original, saver_log._message_changes = saver_log._message_changes, counting
@@ -197,7 +185,7 @@ def test_a_write_looks_only_at_the_messages_after_those_it_last_wrote(opener: Op
         first = graph.get_state(config).values["messages"][0]
         graph.update_state(config, {"messages": [RemoveMessage(id=first.id)]})
         other = opener()  # another writer appends to the thread
-        _graph().compile(checkpointer=other).invoke({"messages": [("user", "elsewhere")]}, config)
+        echo_graph().compile(checkpointer=other).invoke({"messages": [("user", "elsewhere")]}, config)
         graph.invoke({"messages": [("user", "again")]}, config)
     finally:
         saver_log._message_changes = original

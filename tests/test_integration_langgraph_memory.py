@@ -26,7 +26,7 @@ pytest.importorskip("langgraph.checkpoint.base", reason="needs the langgraph ext
 
 from langgraph.checkpoint.base import CheckpointTuple, create_checkpoint, empty_checkpoint
 
-from tests.helpers.langgraph_savers import Opener, opener
+from tests.helpers.langgraph_savers import Opener, echo_graph, opener
 from tests.helpers.postgres import pg_schema
 from turnlog.integrations.langgraph import TurnlogSaver
 from turnlog.projections.langgraph_index import writes_of
@@ -233,17 +233,8 @@ def test_a_graph_turn_appends_once_per_checkpoint_at_most_plus_writes(opener: Op
     """A one-node graph turn: LangGraph's three checkpoints and two task writes, in three to five
     appends (writes that arrive while a checkpoint commits join the next append), and no read of
     the index once the thread is known."""
-    from langgraph.graph import END, START, MessagesState, StateGraph
-
-    def answer(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("answer", answer)
-    builder.add_edge(START, "answer")
-    builder.add_edge("answer", END)
     saver = opener()
-    graph = builder.compile(checkpointer=saver)
+    graph = echo_graph().compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "g"}}
     graph.invoke({"messages": [("user", "hello")]}, config)
     calls = appends_of(saver)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +31,17 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     yield open_saver
     for saver in opened:
         saver.close()
+
+
+def echo_graph() -> Any:
+    """A one-node MessagesState graph (not compiled) whose node answers how many messages it saw."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder
