@@ -51,15 +51,9 @@ def test_on_a_server_the_saver_catches_its_projections_up_in_a_thread(
 
     monkeypatch.setattr(Materializer, "catch_up", recording)
 
-    from langgraph.graph import END, START, MessagesState, StateGraph
+    from tests.helpers.langgraph_savers import echo_graph
 
-    def answer(state: MessagesState) -> dict[str, object]:
-        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("answer", answer)
-    builder.add_edge(START, "answer")
-    builder.add_edge("answer", END)
+    builder = echo_graph()
     with TurnlogSaver(f"{pg_url()}?schema={pg_schema}") as saver:
         graph = builder.compile(checkpointer=saver)
         config: dict[str, object] = {"configurable": {"thread_id": "t"}}
