@@ -9,9 +9,9 @@ advisory lock (writers of one session take turns; versions and the session's cha
 placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
 the global order in its own transaction, after any committed rows still waiting: one transaction,
 one commit (one prepared statement when the heads are known: store.pg_fast). Where other writers
-were seen moving the order lately and the session's head is known, one prepared statement has the
+were seen moving the order lately and the session's head is known, one call of a procedure has the
 server place the batch after the order's head it reads under the placing lock, committing without
-a flush, and a second waits for the flush (store.pg_sequenced). Otherwise, when another writer holds
+a flush, then wait for the flush in a transaction of its own (store.pg_sequenced): one round trip. Otherwise, when another writer holds
 the placing lock, the rows are inserted unplaced and committed side by side with the other writers',
 then placed right after with every other waiting row, without holding the placing lock through a
 flush (store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
@@ -408,8 +408,8 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _insert_sequenced(
         self, conn: Connection, batch: LinkedBatch, heads: Heads
     ) -> tuple[int, str, dict[str, int]]:
-        """The contended append in one prepared statement, placed by the server, then its flush
-        (store.pg_sequenced). A failed check raises Stale (nothing stored)."""
+        """The contended append in one call, placed by the server, then flushed (store.pg_sequenced).
+        A failed check raises Stale (nothing stored)."""
         try:
             return insert_sequenced(
                 conn,

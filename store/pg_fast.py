@@ -103,9 +103,14 @@ def insert_placed(
     try:
         cursor.execute(placed_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
     except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name in _STALE_KEYS:
+        if stale_key(exc):
             raise Stale from None
         raise
+
+
+def stale_key(exc: psycopg.errors.UniqueViolation) -> bool:
+    """Whether a unique key's failure is that of a batch linked to heads moved by another writer."""
+    return exc.diag.constraint_name in _STALE_KEYS
 
 
 COPY_ROWS = 64
