@@ -11,10 +11,12 @@ the global order in its own transaction, after any committed rows still waiting:
 one commit (one prepared statement when the heads are known: store.pg_fast). Where other writers
 were seen moving the order lately and the session's head is known, one call of a procedure has the
 server place the batch after the order's head it reads under the placing lock, committing without
-a flush, then wait for the flush in a transaction of its own (store.pg_sequenced): one round trip. Otherwise, when another writer holds
-the placing lock, the rows are inserted unplaced and committed side by side with the other writers',
-then placed right after with every other waiting row, without holding the placing lock through a
-flush (store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
+a flush, then wait for the flush in a transaction of its own (store.pg_sequenced): one round trip;
+a one-statement try that found the order moved is followed by that call at once. Otherwise, when
+another writer holds the placing lock, the rows are inserted unplaced and committed side by side
+with the other writers', then placed right after with every other waiting row, without holding the
+placing lock through a flush (store.pg_chain.place_durably: one flush makes the rows and their
+placing durable)."""
 
 from __future__ import annotations
 
@@ -228,7 +230,17 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                     else:
                         alone = self._commit(conn, insert, batch, within, committing=not within)
                 except Stale:
-                    self._tips().missed(session_id)  # another writer appended: the long way
+                    self._tips().missed(session_id)  # another writer appended
+                    if insert is None and batch.rows[-1][0] is not None:
+                        # Most likely another writer moved the order: the server places the same
+                        # rows after the order's head it reads (their session chain does not depend
+                        # on it), in one call; the long way only when the session's head moved too.
+                        try:
+                            return self._with_positions(
+                                session_id, batch, self._insert_sequenced(conn, batch, heads)
+                            )
+                        except Stale:
+                            pass
                 else:
                     self._tips().misses = 0
                     self._tips().remember(session_id, batch)
