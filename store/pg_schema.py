@@ -228,8 +228,7 @@ MIGRATIONS += (
         f"""
 CREATE PROCEDURE {APPEND_PROCEDURE}(
     session_space integer, sid text, head_version bigint, head_hash text, place_key bigint,
-    r text[], blob_fields text[], blob_data bytea[],
-    INOUT first_position bigint DEFAULT NULL, INOUT last_order text DEFAULT NULL)
+    r text[], blob_fields text[], blob_data bytea[], INOUT first_position bigint, INOUT last_order text)
 LANGUAGE plpgsql AS $$
 DECLARE
     found_version bigint;
@@ -261,6 +260,8 @@ BEGIN
             ord := repeat('0', 64);
         END IF;
     END IF;
+    -- The placing lock is waited for before any insert (never while holding a row another
+    -- writer's insert, under that lock, could wait for: a blob of the same content).
     IF cardinality(blob_data) > 0 THEN
         INSERT INTO blobs (id, size, codec, data)
             SELECT blob_fields[3 * b - 2], blob_fields[3 * b - 1]::bigint, blob_fields[3 * b], blob_data[b]

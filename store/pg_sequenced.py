@@ -34,13 +34,15 @@ def call_sql(rows: int, blobs: int) -> str:
     """The call of a batch of ``rows`` events and ``blobs`` blobs. The arrays are built by the server
     from one parameter per value (psycopg adapts a plain value in C, a list in Python: a row's values
     as one list cost the client more than the round trip saved); one text per shape, so one prepared
-    statement per shape and connection."""
+    statement per shape and connection. The procedure's results are its last two arguments, given
+    as NULL here (a default would be read from the catalog's text form at every call)."""
     row_values = ", ".join(["%s::text"] * ROW_FIELDS * rows)
     blob_fields = ", ".join(["%s::text"] * 3 * blobs)
     blob_data = ", ".join(["%s::bytea"] * blobs)
     return (
         f"CALL {APPEND_PROCEDURE}(%s::integer, %s::text, %s::bigint, %s::text, %s::bigint, "
-        f"ARRAY[{row_values}]::text[], ARRAY[{blob_fields}]::text[], ARRAY[{blob_data}]::bytea[])"
+        f"ARRAY[{row_values}]::text[], ARRAY[{blob_fields}]::text[], ARRAY[{blob_data}]::bytea[], "
+        "NULL, NULL)"
     )
 
 
