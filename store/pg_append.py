@@ -47,7 +47,9 @@ from turnlog.store.pg_connection import Connection, suppress_closed, translate, 
 from turnlog.store.pg_fast import (
     COPY_ROWS,
     FAST_FAIL,
+    LOCKED_MARK,
     MAX_FAST_ROWS,
+    Locked,
     NeedsRead,
     NoReads,
     Stale,
@@ -229,12 +231,13 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                         )
                     else:
                         alone = self._commit(conn, insert, batch, within, committing=not within)
-                except Stale:
+                except Stale as stale:
                     self._tips().missed(session_id)  # another writer appended
-                    if insert is None and batch.rows[-1][0] is not None:
-                        # Most likely another writer moved the order: the server places the same
-                        # rows after the order's head it reads (their session chain does not depend
-                        # on it), in one call; the long way only when the session's head moved too.
+                    if insert is None and batch.rows[-1][0] is not None and not isinstance(stale, Locked):
+                        # Another writer moved the order: the server places the same rows after the
+                        # order's head it reads (their session chain does not depend on it), in one
+                        # call; the long way only when the session's head moved too, or when a lock
+                        # was taken (the long way commits without waiting for the placing lock).
                         try:
                             return self._with_positions(
                                 session_id, batch, self._insert_sequenced(conn, batch, heads)
@@ -392,7 +395,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             suppress_closed(lambda: conn.execute("ROLLBACK"))
         if is_stale(exc):
-            raise Stale from None
+            raise (Locked if LOCKED_MARK in str(exc) else Stale) from None
         if (
             isinstance(exc, psycopg.errors.UniqueViolation)
             and exc.diag.constraint_name == "events_event_id_key"
