@@ -9,12 +9,14 @@ advisory lock (writers of one session take turns; versions and the session's cha
 placing lock (no other writer is placing rows: the common case of one writer), it places its rows in
 the global order in its own transaction, after any committed rows still waiting: one transaction,
 one commit (one prepared statement when the heads are known: store.pg_fast). Where other writers
-were seen moving the order lately and the session's head is known, one prepared statement has the
+were seen moving the order lately and the session's head is known, one call of a procedure has the
 server place the batch after the order's head it reads under the placing lock, committing without
-a flush, and a second waits for the flush (store.pg_sequenced). Otherwise, when another writer holds
-the placing lock, the rows are inserted unplaced and committed side by side with the other writers',
-then placed right after with every other waiting row, without holding the placing lock through a
-flush (store.pg_chain.place_durably: one flush makes the rows and their placing durable)."""
+a flush, then wait for the flush in a transaction of its own (store.pg_sequenced): one round trip;
+a one-statement try that found the order moved is followed by that call at once. Otherwise, when
+another writer holds the placing lock, the rows are inserted unplaced and committed side by side
+with the other writers', then placed right after with every other waiting row, without holding the
+placing lock through a flush (store.pg_chain.place_durably: one flush makes the rows and their
+placing durable)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,9 @@ from turnlog.store.pg_connection import Connection, suppress_closed, translate, 
 from turnlog.store.pg_fast import (
     COPY_ROWS,
     FAST_FAIL,
+    LOCKED_MARK,
     MAX_FAST_ROWS,
+    Locked,
     NeedsRead,
     NoReads,
     Stale,
@@ -227,8 +231,19 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
                         )
                     else:
                         alone = self._commit(conn, insert, batch, within, committing=not within)
-                except Stale:
-                    self._tips().missed(session_id)  # another writer appended: the long way
+                except Stale as stale:
+                    self._tips().missed(session_id)  # another writer appended
+                    if insert is None and batch.rows[-1][0] is not None and not isinstance(stale, Locked):
+                        # Another writer moved the order: the server places the same rows after the
+                        # order's head it reads (their session chain does not depend on it), in one
+                        # call; the long way only when the session's head moved too, or when a lock
+                        # was taken (the long way commits without waiting for the placing lock).
+                        try:
+                            return self._with_positions(
+                                session_id, batch, self._insert_sequenced(conn, batch, heads)
+                            )
+                        except Stale:
+                            pass
                 else:
                     self._tips().misses = 0
                     self._tips().remember(session_id, batch)
@@ -380,7 +395,7 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
             suppress_closed(lambda: conn.execute("ROLLBACK"))
         if is_stale(exc):
-            raise Stale from None
+            raise (Locked if LOCKED_MARK in str(exc) else Stale) from None
         if (
             isinstance(exc, psycopg.errors.UniqueViolation)
             and exc.diag.constraint_name == "events_event_id_key"
@@ -408,8 +423,8 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
     def _insert_sequenced(
         self, conn: Connection, batch: LinkedBatch, heads: Heads
     ) -> tuple[int, str, dict[str, int]]:
-        """The contended append in one prepared statement, placed by the server, then its flush
-        (store.pg_sequenced). A failed check raises Stale (nothing stored)."""
+        """The contended append in one call, placed by the server, then flushed (store.pg_sequenced).
+        A failed check raises Stale (nothing stored)."""
         try:
             return insert_sequenced(
                 conn,

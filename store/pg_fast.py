@@ -32,6 +32,9 @@ Connection = Any  # psycopg.Connection[tuple[Any, ...]]
 FAST_MARK = "turnlog: one-round-trip append"
 FAST_FAIL = f"('{FAST_MARK}: ' || pg_backend_pid())::int"
 """A text that is not a number, cast at run time: the failure of a check, ending the statement."""
+LOCKED_MARK = "(a lock is taken)"
+FAST_LOCKED = f"('{FAST_MARK} {LOCKED_MARK}: ' || pg_backend_pid())::int"
+"""The same failure when the session's lock or the placing lock was taken by another writer."""
 
 _STALE_KEYS = frozenset({"events_session_version_key", "events_position_key"})
 """The unique keys a batch linked to heads its statement's snapshot did not see yet fails on."""
@@ -40,9 +43,9 @@ _STALE_KEYS = frozenset({"events_session_version_key", "events_position_key"})
 # the heads (the session's last version and hash, the order's last position and hash) the ones the
 # batch was linked to, with no row waiting for its place.
 _CHECK = (
-    "WITH ok AS (SELECT CASE WHEN pg_try_advisory_xact_lock(%s::int, hashtext(%s)) "
-    "AND pg_try_advisory_xact_lock(%s::bigint) "
-    "AND EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
+    "WITH ok AS (SELECT CASE WHEN NOT (pg_try_advisory_xact_lock(%s::int, hashtext(%s)) "
+    f"AND pg_try_advisory_xact_lock(%s::bigint)) THEN {FAST_LOCKED} "
+    "WHEN EXISTS (SELECT 1 FROM (SELECT version, hash FROM "
     f"{EVENT_TABLE} WHERE session_id = %s ORDER BY version DESC LIMIT 1) AS s "
     "WHERE s.version = %s::bigint AND s.hash = %s) AND EXISTS (SELECT 1 FROM (SELECT position, order_hash "
     f"FROM {EVENT_TABLE} WHERE position IS NOT NULL ORDER BY position DESC LIMIT 1) AS g "
@@ -103,9 +106,14 @@ def insert_placed(
     try:
         cursor.execute(placed_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
     except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name in _STALE_KEYS:
+        if stale_key(exc):
             raise Stale from None
         raise
+
+
+def stale_key(exc: psycopg.errors.UniqueViolation) -> bool:
+    """Whether a unique key's failure is that of a batch linked to heads moved by another writer."""
+    return exc.diag.constraint_name in _STALE_KEYS
 
 
 COPY_ROWS = 64
@@ -133,6 +141,12 @@ def copy_rows(conn: Connection, rows: list[Any]) -> None:
 class Stale(Exception):
     """The heads a one-round-trip append was linked to had moved (or a lock was taken): nothing
     was stored, and the append takes the long way."""
+
+
+class Locked(Stale):
+    """A one-round-trip append found the session's lock or the placing lock taken: nothing was
+    stored, and the append takes the long way (which commits its rows without waiting for the
+    placing lock, and places them after)."""
 
 
 def is_stale(exc: BaseException) -> bool:

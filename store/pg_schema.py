@@ -25,6 +25,10 @@ _TRIGGERS_V1: dict[str, tuple[str, str]] = {
 REFUSE_FUNCTION = "turnlog_refuse_change"
 ORDER_ONLY_FUNCTION = "turnlog_order_only"
 PLACE_FUNCTION = "turnlog_place"
+APPEND_PROCEDURE = "turnlog_append_sequenced"
+ROW_FIELDS = 12
+"""The fields of a row :data:`APPEND_PROCEDURE` takes, in store.chain.INSERT_COLUMNS' order without
+the position and the order hash (the server's), as text."""
 
 TRIGGERS: dict[str, tuple[str, str, str]] = {
     "events_no_update": ("event_log", "UPDATE", ORDER_ONLY_FUNCTION),
@@ -205,6 +209,88 @@ $$;
 COMMENT ON FUNCTION {PLACE_FUNCTION}(bigint, text[]) IS
     'turnlog: places every committed unplaced row in the order (under the placing lock), as '
     'store/pg_chain.py describes; returns the rows of ids, then the last position and order hash';
+""",
+    ),
+)
+
+# Migration 3: the contended append in one call (store.pg_sequenced). A procedure may commit: its
+# first transaction checks the session's head, places the batch after the order's head under the
+# placing lock and commits without waiting for the disk (the lock is held for CPU time only, never
+# through a flush); its second writes one WAL record and commits with the session's
+# synchronous_commit, so the call returns once both are durable. One round trip and one statement
+# where two were sent, and the head is read in a snapshot taken after the session's lock (a
+# statement's own snapshot is taken before its locks).
+_ROW = [f"r[k + {i}]" for i in range(1, ROW_FIELDS + 1)]
+MIGRATIONS += (
+    Migration(
+        3,
+        "the contended append in one call: placed, committed without a flush, then flushed",
+        f"""
+CREATE PROCEDURE {APPEND_PROCEDURE}(
+    session_space integer, sid text, head_version bigint, head_hash text, place_key bigint,
+    r text[], blob_fields text[], blob_data bytea[], INOUT first_position bigint, INOUT last_order text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    found_version bigint;
+    found_hash text;
+    pos bigint;
+    ord text;
+    k integer;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF NOT pg_try_advisory_xact_lock(session_space, hashtext(sid)) THEN
+        RAISE EXCEPTION 'turnlog: one-round-trip append: the session''s lock is taken'
+            USING ERRCODE = 'invalid_text_representation';
+    END IF;
+    SELECT l.version, l.hash INTO found_version, found_hash FROM event_log l
+        WHERE l.session_id = sid ORDER BY l.version DESC LIMIT 1;
+    IF found_version IS DISTINCT FROM head_version OR found_hash IS DISTINCT FROM head_hash THEN
+        RAISE EXCEPTION 'turnlog: one-round-trip append: the session''s head moved'
+            USING ERRCODE = 'invalid_text_representation';
+    END IF;
+    PERFORM pg_advisory_xact_lock(place_key);
+    IF EXISTS (SELECT 1 FROM event_log l WHERE l.position IS NULL) THEN
+        SELECT p.placed_position, p.placed_order INTO pos, ord
+            FROM {PLACE_FUNCTION}(place_key, '{{}}'::text[]) AS p WHERE p.placed_id IS NULL;
+    ELSE
+        SELECT l.position, l.order_hash INTO pos, ord FROM event_log l
+            WHERE l.position IS NOT NULL ORDER BY l.position DESC LIMIT 1;
+        IF pos IS NULL THEN
+            pos := 0;
+            ord := repeat('0', 64);
+        END IF;
+    END IF;
+    -- The placing lock is waited for before any insert (never while holding a row another
+    -- writer's insert, under that lock, could wait for: a blob of the same content).
+    IF cardinality(blob_data) > 0 THEN
+        INSERT INTO blobs (id, size, codec, data)
+            SELECT blob_fields[3 * b - 2], blob_fields[3 * b - 1]::bigint, blob_fields[3 * b], blob_data[b]
+            FROM generate_series(1, cardinality(blob_data)) AS b
+            ON CONFLICT (id) DO NOTHING;
+    END IF;
+    first_position := pos + 1;
+    k := 0;
+    WHILE k < cardinality(r) LOOP
+        pos := pos + 1;
+        ord := encode(sha256(convert_to(
+            'turnlog-order-v2;' || length(ord) || ':' || ord || ';'
+            || length(pos::text) || ':' || pos || ';'
+            || length(r[k + 11]) || ':' || r[k + 11] || ';', 'UTF8')), 'hex');
+        INSERT INTO event_log ({_COLUMNS}) VALUES (pos, {_ROW[0]}, {_ROW[1]}::bigint, {_ROW[2]}, {_ROW[3]},
+            {_ROW[4]}::integer, {_ROW[5]}, {_ROW[6]}, {_ROW[7]}::bigint, {_ROW[8]}, {_ROW[9]}, {_ROW[10]},
+            {_ROW[11]}, ord);
+        k := k + {ROW_FIELDS};
+    END LOOP;
+    last_order := ord;
+    COMMIT;
+    PERFORM pg_logical_emit_message(true, 'turnlog', 'placed');
+END
+$$;
+COMMENT ON PROCEDURE {APPEND_PROCEDURE}(integer, text, bigint, text, bigint, text[], text[], bytea[],
+    bigint, text) IS
+    'turnlog: a contended append (store/pg_sequenced.py): checks the session''s head, places the rows '
+    'after the order''s head, commits without a flush, then waits for one; returns the first '
+    'position and the last order hash';
 """,
     ),
 )

@@ -1,20 +1,18 @@
-"""The contended append on PostgreSQL, placed in its own transaction (store.pg_append): where other
-writers keep moving the global order, a writer does not know the order's head, so the server reads
-it and chains the batch's rows to it, in **one prepared statement** (its own implicit transaction,
-the connection in autocommit mode), then a second that waits for the flush.
+"""The contended append on PostgreSQL (store.pg_append): where other writers keep moving the global
+order, a writer does not know the order's head, so the server reads it and chains the batch's rows
+to it, in **one call** of a procedure (store.pg_schema, migration 3), prepared, in one round trip.
 
-The statement's ``WITH`` part turns ``synchronous_commit`` off for its transaction, tries the
-session's lock and compares the session's head with the one the batch was linked to (as
-store.pg_fast: a stale snapshot fails on the unique key of the row it missed, nothing stored);
-then the placing function (store.pg_schema) waits for the placing lock, places the rows other
-writers committed unplaced and returns the order's head, read in a snapshot taken after the lock
-(every placing before it committed); the batch's rows are inserted chained to it. The lock is
-waited for before any insert of the transaction (so never while holding rows another writer's
-insert could wait for) and held for CPU time only: the commit does not wait for the disk. The
-next statement writes one WAL record in a transaction of its own and waits for the flush, which
-makes the rows durable before the append returns, the writers sharing flushes (store.pg_chain's
-placing does the same). One insert per row, where an unplaced insert and its placing's update
-wrote each row twice, and a plan made once per connection."""
+The procedure's first transaction turns ``synchronous_commit`` off for itself, tries the session's
+lock and compares the session's head with the one the batch was linked to (read after the lock, so
+up to date: a writer of the session that committed is seen), waits for the placing lock, places the
+rows other writers committed unplaced, reads the order's head and inserts the batch's rows chained to
+it, then commits. The placing lock is waited for before any insert of the transaction (so never
+while holding rows another writer's insert could wait for) and held for CPU time only: the commit
+does not wait for the disk. The procedure's second transaction writes one WAL record and commits
+with ``synchronous_commit`` on: it waits for the flush of everything logged before it, so the rows
+are durable before the call returns, and the writers' flushes share the disk's (PostgreSQL's group
+commit; store.pg_chain's placing does the same). One statement and one round trip per append, where
+a statement that placed the rows and a second that waited for the flush took two."""
 
 from __future__ import annotations
 
@@ -22,57 +20,30 @@ import functools
 import weakref
 from typing import Any
 
-from turnlog.store.chain import INSERT_COLUMNS, LinkedBatch
-from turnlog.store.pg_chain import FLUSH
-from turnlog.store.pg_fast import FAST_FAIL
-from turnlog.store.pg_schema import EVENT_TABLE, PLACE_FUNCTION
+import psycopg.errors
+
+from turnlog.store.chain import LinkedBatch
+from turnlog.store.pg_fast import Stale, stale_key
+from turnlog.store.pg_schema import APPEND_PROCEDURE, ROW_FIELDS
 
 Connection = Any  # psycopg.Connection[tuple[Any, ...]]
 
-_ROW_COLUMNS = INSERT_COLUMNS.split(", ")[1:-1]
-"""The columns a linked row gives (its position and order hash are the server's here)."""
-_ROW = (
-    "(%s::int, %s::text, %s::bigint, %s::text, %s::text, %s::int, %s::text, %s::text, %s::bigint, "
-    "%s::text, %s::text, %s::text, %s::text)"
-)
-_BLOB_ROW = "(%s, %s::bigint, %s, %s::bytea)"
-_ORDER = (
-    "encode(sha256(convert_to('turnlog-order-v2;' || length(c.ord) || ':' || c.ord || ';' "
-    "|| length((c.pos + 1)::text) || ':' || (c.pos + 1) || ';' || length(v.hash) || ':' || v.hash "
-    "|| ';', 'UTF8')), 'hex')"
-)
-"""store.chain.order_hash, as the placing function (store.pg_schema) computes it."""
-_CHECK = (
-    "WITH RECURSIVE ok AS (SELECT CASE WHEN set_config('synchronous_commit', 'off', true) = 'off' "
-    "AND pg_try_advisory_xact_lock(%s::int, hashtext(%s)) AND EXISTS (SELECT 1 FROM (SELECT version, "
-    f"hash FROM {EVENT_TABLE} WHERE session_id = %s ORDER BY version DESC LIMIT 1) AS s "
-    f"WHERE s.version = %s::bigint AND s.hash = %s) THEN 0 ELSE {FAST_FAIL} END AS z), "
-    f"g AS MATERIALIZED (SELECT p.placed_position AS pos, p.placed_order AS ord FROM ok, {PLACE_FUNCTION}"
-    "(%s::bigint + ok.z, '{}'::text[]) AS p WHERE p.placed_id IS NULL)"
-)
-
 
 @functools.lru_cache(maxsize=64)
-def sequenced_insert_sql(rows: int, blobs: int) -> str:
-    """The statement of ``rows`` events and ``blobs`` blobs (one text per shape, so one prepared
-    statement per shape and connection)."""
-    names = ", ".join(_ROW_COLUMNS)
-    parts = [_CHECK]
-    if blobs:
-        parts.append(
-            ", b AS (INSERT INTO blobs (id, size, codec, data) SELECT r.* FROM g, (VALUES "
-            + ", ".join([_BLOB_ROW] * blobs)
-            + ") AS r ON CONFLICT (id) DO NOTHING)"
-        )
-    parts.append(
-        f", v (n, {names}) AS (VALUES {', '.join([_ROW] * rows)}), "
-        f"c (n, pos, ord) AS (SELECT 0, g.pos, g.ord FROM g UNION ALL SELECT c.n + 1, c.pos + 1, {_ORDER} "
-        "FROM c JOIN v ON v.n = c.n + 1) "
-        f"INSERT INTO {EVENT_TABLE} ({INSERT_COLUMNS}) SELECT c.pos, "
-        + ", ".join(f"v.{name}" for name in _ROW_COLUMNS)
-        + ", c.ord FROM v JOIN c ON c.n = v.n ORDER BY v.n RETURNING event_id, position, order_hash"
+def call_sql(rows: int, blobs: int) -> str:
+    """The call of a batch of ``rows`` events and ``blobs`` blobs. The arrays are built by the server
+    from one parameter per value (psycopg adapts a plain value in C, a list in Python: a row's values
+    as one list cost the client more than the round trip saved); one text per shape, so one prepared
+    statement per shape and connection. The procedure's results are its last two arguments, given
+    as NULL here (a default would be read from the catalog's text form at every call)."""
+    row_values = ", ".join(["%s::text"] * ROW_FIELDS * rows)
+    blob_fields = ", ".join(["%s::text"] * 3 * blobs)
+    blob_data = ", ".join(["%s::bytea"] * blobs)
+    return (
+        f"CALL {APPEND_PROCEDURE}(%s::integer, %s::text, %s::bigint, %s::text, %s::bigint, "
+        f"ARRAY[{row_values}]::text[], ARRAY[{blob_fields}]::text[], ARRAY[{blob_data}]::bytea[], "
+        "NULL, NULL)"
     )
-    return "".join(parts)
 
 
 _CURSORS: weakref.WeakKeyDictionary[Connection, Any] = weakref.WeakKeyDictionary()
@@ -81,23 +52,29 @@ _CURSORS: weakref.WeakKeyDictionary[Connection, Any] = weakref.WeakKeyDictionary
 def insert_sequenced(
     conn: Connection, batch: LinkedBatch, locks: tuple[int, str, int], session_head: tuple[int, str]
 ) -> tuple[int, str, dict[str, int]]:
-    """Insert ``batch`` placed (``conn`` in autocommit mode), then wait for the flush. ``locks``:
-    the session locks' space, the session id, the placing lock's key. Returns the order's head the
-    batch left and its positions. Raises the driver's error (a failed check: store.pg_fast.is_stale;
-    nothing stored), or, after the insert committed, the flush's."""
+    """Insert ``batch`` placed and wait for the flush (``conn`` in autocommit mode). ``locks``: the
+    session locks' space, the session id, the placing lock's key. Returns the order's head the batch
+    left and its positions. Raises :class:`store.pg_fast.Stale` when the session's head had moved or
+    its lock was taken (nothing stored), else the driver's error (after the first commit, the
+    flush's: the rows may be stored)."""
     space, session_id, place_key = locks
-    params: list[Any] = [space, session_id, session_id, *session_head, place_key]
-    for blob in batch.blobs.values():
-        params.extend(blob)
-    for n, row in enumerate(batch.rows, 1):
-        params.append(n)
+    params: list[Any] = [space, session_id, *session_head, place_key]
+    for row in batch.rows:
         params.extend(row[1:-1])
+    blob_data: list[bytes] = []
+    for blob_id, size, codec, data in batch.blobs.values():
+        params.extend((blob_id, size, codec))
+        blob_data.append(data)
+    params.extend(blob_data)
     cursor = _CURSORS.get(conn)
     if cursor is None or cursor.closed:
         cursor = _CURSORS[conn] = conn.cursor()
-    cursor.execute(sequenced_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
-    rows = cursor.fetchall()
-    cursor.execute(FLUSH, prepare=True)
-    positions = {str(event_id): int(position) for event_id, position, _ in rows}
-    last = max(rows, key=lambda row: int(row[1]))
-    return int(last[1]), str(last[2]), positions
+    try:
+        cursor.execute(call_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
+    except psycopg.errors.UniqueViolation as exc:
+        if stale_key(exc):
+            raise Stale from None
+        raise
+    first, last_order = cursor.fetchone()
+    positions = {record.event_id: int(first) + n for n, record in enumerate(batch.records)}
+    return int(first) + len(batch.records) - 1, str(last_order), positions

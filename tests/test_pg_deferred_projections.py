@@ -138,16 +138,20 @@ def test_an_append_beside_other_writers_places_without_a_flush_under_the_lock(
         records = first.append("s", _turn(3))  # other writers seen: placed by the server
         monkeypatch.undo()
         assert [(r.version, r.position) for r in records] == [(7, 11), (8, 12)]
-        # One statement (store.pg_sequenced): its transaction commits without waiting for the disk
-        # (the placing lock, taken by the placing function before the rows are inserted, is
-        # released at once), the rows inserted placed (no unplaced insert, no update); then a
-        # transaction of its own waits for the flush that makes them durable, before the append
-        # returns.
-        assert len(sent) == 2
-        assert "set_config('synchronous_commit', 'off', true)" in sent[0]
-        assert "turnlog_place" in sent[0] and "INSERT INTO event_log" in sent[0]
-        assert "UPDATE" not in sent[0].upper()
-        assert sent[1] == "SELECT pg_logical_emit_message(true, 'turnlog', 'placed')"
+        # One call (store.pg_sequenced): the procedure's first transaction commits without waiting
+        # for the disk (the placing lock, taken before the rows are inserted, is released at once),
+        # the rows inserted placed (no unplaced insert, no update); its second waits for the flush
+        # that makes them durable, before the call returns.
+        assert len(sent) == 1 and sent[0].startswith("CALL turnlog_append_sequenced(")
+        (source,) = sql(
+            "SELECT prosrc FROM pg_proc WHERE oid = 'turnlog_append_sequenced'::regproc", pg_schema
+        )
+        body = str(source[0])
+        assert "set_config('synchronous_commit', 'off', true)" in body
+        assert "pg_advisory_xact_lock(place_key)" in body and "INSERT INTO event_log" in body
+        assert "UPDATE" not in body.upper()
+        assert body.index("INSERT INTO event_log") < body.index("COMMIT;")
+        assert body.index("COMMIT;") < body.index("pg_logical_emit_message(true, 'turnlog', 'placed')")
         assert [r.position for r in first.iter_after(0)] == list(range(1, 13))
         assert first.verify().ok
         for store in (first, second):
@@ -188,7 +192,8 @@ def test_a_contended_append_places_waiting_rows_first_and_stores_its_blobs(
         sent = sent_queries(monkeypatch)
         records = first.append("s", [ArtifactWritten(name="x", content=body), *_turn(3)])
         monkeypatch.undo()
-        assert "INSERT INTO blobs" in sent[0] and "turnlog_place" in sent[0]
+        assert len(sent) == 1 and sent[0].startswith("CALL turnlog_append_sequenced(")
+        assert "ARRAY[%s::bytea]" in sent[0]  # the blob goes in the same call
         assert [r.position for r in records] == [11, 12, 13]
         assert [r.position for r in first.iter_after(0)] == list(range(1, 14))
         stored = [r.event for r in first.read_session("s")]

@@ -106,7 +106,7 @@ def pg(pg_schema: str) -> Iterator[PostgresStore]:
 
 def test_the_schema_is_recorded_in_its_migrations_table(pg: PostgresStore) -> None:
     rows = sql("SELECT version, name FROM turnlog_migrations ORDER BY version", pg.schema)
-    assert [row[0] for row in rows] == [1, 2] and LATEST_VERSION == 2
+    assert [row[0] for row in rows] == [1, 2, 3] and LATEST_VERSION == 3
     keys = {row[0] for row in sql("SELECT key FROM turnlog_meta", pg.schema)}
     assert keys == {"tokenizer", "created_at", "store_id", "salt", "chain"}
     comment = sql("SELECT obj_description('event_log'::regclass, 'pg_class')", pg.schema)[0][0]
@@ -142,7 +142,7 @@ def test_the_schema_is_recorded_in_its_migrations_table(pg: PostgresStore) -> No
     # Opened again, nothing is applied twice.
     with PostgresStore.open(pg_url(), schema=pg.schema) as again:
         assert again.head_position() == 0
-    assert len(sql("SELECT * FROM turnlog_migrations", pg.schema)) == 2
+    assert len(sql("SELECT * FROM turnlog_migrations", pg.schema)) == LATEST_VERSION
 
 
 def test_a_newer_schema_is_refused(pg: PostgresStore) -> None:
