@@ -38,6 +38,7 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from turnlog.integrations import langgraph_messages
 from turnlog.store import StateRecorded
 
 __all__ = ["ENCODING", "MAX_SEGMENTS", "Previous", "Stored", "decode", "encode", "references", "resolved"]
@@ -93,7 +94,9 @@ def encode(
     versions = checkpoint.get("channel_versions") or {}
 
     def blob(value: Any) -> Segment:
-        type_, data = serde.dumps_typed(value)
+        type_, data = (
+            langgraph_messages.dumps(serde, value) if isinstance(value, list) else serde.dumps_typed(value)
+        )
         types.append(type_)
         lines.append(base64.b64encode(data).decode("ascii"))
         return (None, len(types) - 2)
@@ -200,7 +203,9 @@ def decode(
                 other = events[at]
                 split[at] = other.content.split("\n")
                 kinds[at] = json.loads(split[at][0])["types"]
-            parts.append(serde.loads_typed((kinds[at][index + 1], base64.b64decode(split[at][index + 2]))))
+            parts.append(
+                langgraph_messages.loads(serde, kinds[at][index + 1], base64.b64decode(split[at][index + 2]))
+            )
             places.append((at, index))
         value = values[name] = parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts))
         stored[name] = (
