@@ -250,6 +250,15 @@ def test_a_blob_in_langgraphs_form_still_reads() -> None:
 
 
 def test_a_class_it_does_not_rebuild_is_a_clear_error() -> None:
-    _type, data = SERDE.dumps_typed([["builtins", "dict", {}, []]])
+    _type, data = SERDE.dumps_typed([[["builtins", "dict", []]], []])
     with pytest.raises(ValueError, match=r"builtins\.dict"):
         loads(SERDE, "msgpack" + SUFFIX, data)
+
+
+def test_a_message_stored_with_other_fields_is_built_by_pydantic() -> None:
+    """Stored by a langchain_core whose HumanMessage had fewer fields: ``model_construct`` fills in
+    the defaults of the others, as it does for LangGraph's own read when validation fails."""
+    header = [["langchain_core.messages.human", "HumanMessage", ["content", "id"]]]
+    _type, data = SERDE.dumps_typed([header, [[0, ["hi", "x"], None], [0, ["ho", None], ["content"]]]])
+    back = loads(SERDE, "msgpack" + SUFFIX, data)
+    _assert_same(back, [HumanMessage("hi", id="x"), HumanMessage("ho")])
