@@ -17,6 +17,10 @@ session version; the log keeps every event, so a reference never dangles, whatev
   :data:`MAX_SEGMENTS` segments the value is written whole again, so a read joins a bounded number.
 - Anything else is one blob of the whole value.
 
+A blob of LangChain messages (a list of them: a whole value or the new items) is stored in a form
+read back without validating each message again (integrations.langgraph_messages; its type is the
+serde's with ``+construct``); any other blob is the serde's own.
+
 Content (text, one item per line, so the references are read without decoding the blobs): line 0
 is JSON ``{"channels": {name: [[version or null (this event), blob index], ...]}, "types": [the
 checkpoint's serde type, then each blob's]}``, line 1 the checkpoint without its channel values
