@@ -262,3 +262,11 @@ def test_a_message_stored_with_other_fields_is_built_by_pydantic() -> None:
     _type, data = SERDE.dumps_typed([header, [[0, ["hi", "x"], None], [0, ["ho", None], ["content"]]]])
     back = loads(SERDE, "msgpack" + SUFFIX, data)
     _assert_same(back, [HumanMessage("hi", id="x"), HumanMessage("ho")])
+
+
+def test_a_message_stored_with_some_fields_set_reads_with_those() -> None:
+    fields = HumanMessage("hi", id="x").model_dump()
+    header = [["langchain_core.messages.human", "HumanMessage", list(fields)]]
+    _type, data = SERDE.dumps_typed([header, [[0, list(fields.values()), ["content"]]]])
+    back = loads(SERDE, "msgpack" + SUFFIX, data)
+    _assert_same(back, [HumanMessage.model_construct({"content"}, **fields)])
