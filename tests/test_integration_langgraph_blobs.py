@@ -64,8 +64,8 @@ def test_a_turn_stores_its_new_messages_and_reads_back_as_sqlitesaver(opener: Op
         if isinstance(value, dict):
             value_ = (value.get("channel_values") or {}).get("messages") or []
             serialized.append(len(value_))
-        elif isinstance(value, list):
-            serialized.append(len(value))
+        elif isinstance(value, list) and not (value and isinstance(value[0], list)):
+            serialized.append(len(value))  # (a message list's quicker form holds the same: once)
         return dumps(value)
 
     serde = saver.serde  # (LangGraph's default serde is one object, the peer's too)

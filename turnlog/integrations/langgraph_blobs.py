@@ -17,6 +17,10 @@ session version; the log keeps every event, so a reference never dangles, whatev
   :data:`MAX_SEGMENTS` segments the value is written whole again, so a read joins a bounded number.
 - Anything else is one blob of the whole value.
 
+A blob of LangChain messages (a list of them: a whole value or the new items) is stored in a form
+read back without validating each message again (integrations.langgraph_messages; its type is the
+serde's with ``+construct``); any other blob is the serde's own.
+
 Content (text, one item per line, so the references are read without decoding the blobs): line 0
 is JSON ``{"channels": {name: [[version or null (this event), blob index], ...]}, "types": [the
 checkpoint's serde type, then each blob's]}``, line 1 the checkpoint without its channel values
@@ -38,6 +42,7 @@ from typing import Any
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from turnlog.integrations import langgraph_messages
 from turnlog.store import StateRecorded
 
 __all__ = ["ENCODING", "MAX_SEGMENTS", "Previous", "Stored", "decode", "encode", "references", "resolved"]
@@ -93,7 +98,9 @@ def encode(
     versions = checkpoint.get("channel_versions") or {}
 
     def blob(value: Any) -> Segment:
-        type_, data = serde.dumps_typed(value)
+        type_, data = (
+            langgraph_messages.dumps(serde, value) if isinstance(value, list) else serde.dumps_typed(value)
+        )
         types.append(type_)
         lines.append(base64.b64encode(data).decode("ascii"))
         return (None, len(types) - 2)
@@ -200,7 +207,9 @@ def decode(
                 other = events[at]
                 split[at] = other.content.split("\n")
                 kinds[at] = json.loads(split[at][0])["types"]
-            parts.append(serde.loads_typed((kinds[at][index + 1], base64.b64decode(split[at][index + 2]))))
+            parts.append(
+                langgraph_messages.loads(serde, kinds[at][index + 1], base64.b64decode(split[at][index + 2]))
+            )
             places.append((at, index))
         value = values[name] = parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts))
         stored[name] = (

@@ -1,0 +1,134 @@
+"""A quicker stored form for a list of LangChain messages (the ``messages`` channel's blobs).
+
+LangGraph's serializer stores a message as its class and ``model_dump()`` and reads it back with
+``cls(**fields)``: the message is validated again, on every read of every checkpoint, and a turn of
+a long thread reads hundreds of messages that were valid when they were written. A list made only
+of LangChain's own message classes is stored here as its classes (module, name, field names) and,
+per message, its class, its field values in that order and its fields set (None: every field, as
+LangGraph's read gives), through the same serializer (so a nested value is stored and read as
+LangGraph stores and reads it), and read back without validating again: the fields are set as
+``model_construct`` sets them, without its loop over the fields (about a third of the instructions
+of LangGraph's read), or by ``model_construct`` itself when the class's fields are not the stored
+ones (another ``langchain_core``). The blob's serde type is the serializer's with :data:`SUFFIX`
+(``msgpack+construct``), so a blob written in LangGraph's form (every list of anything else, and
+every blob written before) is read as before.
+
+A list is written in this form only if, read back, it gives what LangGraph's own read of its usual
+form gives (the same class, ``==``, the same ``model_fields_set``): that is checked when it is
+written, message by message, so a message whose fields a validator would have changed on the way
+back (or a future ``langchain_core`` whose validators do) keeps LangGraph's form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+__all__ = ["SUFFIX", "dumps", "loads"]
+
+SUFFIX = "+construct"
+"""Added to the serializer's type of a blob stored in this form."""
+
+_CLASSES: dict[tuple[str, str], type[BaseMessage]] = {
+    (cls.__module__, cls.__name__): cls
+    for cls in (HumanMessage, AIMessage, ToolMessage, SystemMessage, ChatMessage, FunctionMessage)
+}
+"""The exact classes stored in this form (not their subclasses, whose fields and validators differ;
+not the chunks, which a graph's state rarely holds)."""
+_EXACT = frozenset(_CLASSES.values())
+_set = object.__setattr__
+
+
+def dumps(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, bytes]:
+    """The blob of a list: in this form if every item is a plain message of a known class and the
+    form reads back as LangGraph's own does; else the serializer's usual blob."""
+    usual = serde.dumps_typed(items)
+    if not items or not all(_plain(item) for item in items):
+        return usual
+    expected = serde.loads_typed(usual)  # what LangGraph's savers would give back
+    if not isinstance(expected, list) or len(expected) != len(items):
+        return usual
+    classes: dict[type[BaseMessage], int] = {}
+    rows = []
+    for item, back in zip(items, expected, strict=True):
+        if not isinstance(back, BaseMessage):
+            return usual
+        fields = item.model_dump()
+        if list(fields) != list(type(item).__pydantic_fields__):
+            return usual
+        index = classes.setdefault(type(item), len(classes))
+        every = back.model_fields_set == fields.keys()
+        rows.append([index, list(fields.values()), None if every else sorted(back.model_fields_set)])
+    header = [[cls.__module__, cls.__name__, list(cls.__pydantic_fields__)] for cls in classes]
+    type_, data = serde.dumps_typed([header, rows])
+    if not all(map(_same, loads(serde, type_ + SUFFIX, data), expected)):
+        return usual
+    return type_ + SUFFIX, data
+
+
+def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
+    """A blob's value, whichever form it is stored in."""
+    if not type_.endswith(SUFFIX):
+        return serde.loads_typed((type_, data))
+    header, rows = serde.loads_typed((type_[: -len(SUFFIX)], data))
+    builders = [_builder(module, name, names) for module, name, names in header]
+    return [builders[index](values, fields_set) for index, values, fields_set in rows]
+
+
+def _builder(
+    module: str, name: str, names: list[str]
+) -> Callable[[list[Any], list[str] | None], BaseMessage]:
+    """How a message of the class is rebuilt from its stored field values (in ``names``' order)."""
+    cls = _CLASSES.get((module, name))
+    if cls is None:
+        raise ValueError(
+            f"a stored message list names {module}.{name}, which this version of turnlog does not "
+            "rebuild without validation: read it with the turnlog version that wrote it"
+        )
+    every = frozenset(names)
+    if names != list(cls.__pydantic_fields__) or cls.__pydantic_post_init__ or cls.__private_attributes__:
+        # Stored by another langchain_core (other fields): pydantic's own constructor fills the
+        # fields it lacks with their defaults.
+        def construct(values: list[Any], fields_set: list[str] | None) -> BaseMessage:
+            fields = dict(zip(names, values, strict=True))
+            return cls.model_construct(set(every if fields_set is None else fields_set), **fields)
+
+        return construct
+
+    def build(values: list[Any], fields_set: list[str] | None) -> BaseMessage:
+        # What model_construct does for these fields (every one given, in the class's order, no
+        # extra, no private attribute), without its loop over the fields: a turn rebuilds hundreds.
+        message = cls.__new__(cls)
+        _set(message, "__dict__", dict(zip(names, values, strict=True)))
+        _set(message, "__pydantic_fields_set__", set(every if fields_set is None else fields_set))
+        _set(message, "__pydantic_extra__", {})
+        _set(message, "__pydantic_private__", None)
+        return message
+
+    return build
+
+
+def _plain(item: Any) -> bool:
+    """A message of a known class exactly, without extra fields or private attributes (which
+    ``model_dump`` and ``model_construct`` would not carry over alike)."""
+    return type(item) in _EXACT and not item.__pydantic_extra__ and not item.__pydantic_private__
+
+
+def _same(built: Any, expected: Any) -> bool:
+    return (
+        type(built) is type(expected)
+        and built == expected
+        and built.model_fields_set == expected.model_fields_set
+        and vars(built) == vars(expected)
+    )
