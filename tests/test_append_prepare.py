@@ -65,7 +65,7 @@ def _traced(store: Any, events: list[Any], expected: int) -> list[str]:
     return seen
 
 
-def test_a_durable_append_of_one_event_runs_four_statements(tmp_path: Path) -> None:
+def test_a_durable_append_of_one_event_runs_three_statements(tmp_path: Path) -> None:
     store = turnlog.open_store(tmp_path / "t.db")
     store.append("s", [MessageAppended(role="user", content="first")])
     seen = _traced(store, [MessageAppended(role="user", content="second")], 1)
@@ -73,7 +73,6 @@ def test_a_durable_append_of_one_event_runs_four_statements(tmp_path: Path) -> N
     top = [sql.split(" (")[0] for sql in seen if not sql.startswith("--")]
     assert [s for i, s in enumerate(top) if i == 0 or s != top[i - 1]] == [
         "BEGIN IMMEDIATE",
-        "PRAGMA data_version",
         "INSERT INTO events",
         "COMMIT",
     ]
@@ -81,7 +80,6 @@ def test_a_durable_append_of_one_event_runs_four_statements(tmp_path: Path) -> N
     top = [sql.split(" (")[0] for sql in seen]
     assert [s for i, s in enumerate(top) if i == 0 or s != top[i - 1]] == [
         "BEGIN IMMEDIATE",
-        "PRAGMA data_version",
         "INSERT OR IGNORE INTO blobs",
         "INSERT INTO events",
         "COMMIT",
