@@ -141,24 +141,39 @@ class AppendingStore(BatchAppender, ReadingStore):
     def _append_one(
         self, session_id: str, prepared: list[Prepared], expected_version: Expected
     ) -> list[RecordedEvent]:
-        """:meth:`_append_batch` for one event and no within_append hook: the transaction made here
-        rather than by atomic(), and the -wal's size looked at only now and then (bound_wal)."""
+        """:meth:`_append_batch` for one event and no within_append hook. With the heads this
+        connection's last append kept and no blob to write, the INSERT is the whole transaction
+        (SQLite's autocommit: the statement's own BEGIN and COMMIT, durable like any commit, as the
+        floor's is): nothing is read in it, and another connection's append since makes the insert
+        trigger refuse it (see _append_locked), when the append is made again in a ``BEGIN
+        IMMEDIATE`` transaction on read heads. The -wal's size is looked at only now and then."""
         with self._lock:
             conn = self.conn
             seen, self._heads_seen = self._heads_seen, None  # known again once this commit succeeds
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    records = self._append_locked(conn, session_id, prepared, expected_version, None, seen)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise translated(exc, self.path) from exc
-            self._heads_seen, self._heads_pending = self._heads_pending, None
             item = prepared[0]
+            records: list[RecordedEvent] | None = None
+            if seen is not None and seen[0] == session_id and item.blob is None and not conn.in_transaction:
+                try:
+                    records = self._append_after(conn, session_id, prepared, expected_version, None, seen[1:])
+                except (VersionConflictError, InvalidEventError, UnknownEventError, _Moved):
+                    seen = None  # perhaps stale: made again below, on the heads read
+                except sqlite3.Error as exc:
+                    raise translated(exc, self.path) from exc
+            if records is None:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        records = self._append_locked(
+                            conn, session_id, prepared, expected_version, None, seen
+                        )
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
+                            conn.execute("ROLLBACK")
+                        raise
+                except sqlite3.Error as exc:
+                    raise translated(exc, self.path) from exc
+            self._heads_seen, self._heads_pending = self._heads_pending, None
             self.bound_wal(len(item.payload) + (item.blob[1] if item.blob else 0))
         return records
 

@@ -46,15 +46,21 @@ def _statements(store: Any, session: str, event: Any, expected: Any) -> list[str
     return [s for i, s in enumerate(top) if i == 0 or s != top[i - 1]]
 
 
-def test_a_durable_append_runs_begin_insert_commit(tmp_path: Path) -> None:
+def test_a_durable_append_runs_one_insert_its_own_transaction(tmp_path: Path) -> None:
     store = turnlog.open_store(tmp_path / "t.db")
     store.append("s", [_msg("first")])
     for i in range(1, 4):
-        assert _statements(store, "s", _msg(f"m{i}"), i) == [
-            "BEGIN IMMEDIATE",
-            "INSERT INTO events",
-            "COMMIT",
-        ]
+        assert _statements(store, "s", _msg(f"m{i}"), i) == ["INSERT INTO events"]
+        with SQLiteStore.open(tmp_path / "t.db") as other:  # committed when append returns
+            assert other.head_version("s") == i + 1
+    # A blob and its event commit together, in one transaction.
+    blob = ToolReturned(tool_call_id="c", content="w" * 4000)
+    assert _statements(store, "s", blob, 4) == [
+        "BEGIN IMMEDIATE",
+        "INSERT OR IGNORE INTO blobs",
+        "INSERT INTO events",
+        "COMMIT",
+    ]
     assert store.verify().ok
     store.close()
 
@@ -67,8 +73,8 @@ def test_another_connections_append_is_noticed_at_the_insert(tmp_path: Path) -> 
         ran = _statements(a, "s", _msg("a2"), 1)
         # The insert on the kept heads is refused, the heads are read, the insert made again.
         assert ran == [
-            "BEGIN IMMEDIATE",
             "INSERT INTO events",
+            "BEGIN IMMEDIATE",
             "SELECT s.version, s.hash, g.position, g.order_hash",
             "INSERT INTO events",
             "COMMIT",
