@@ -224,12 +224,8 @@ def test_an_inline_tool_return_is_prepared_as_prepare_event_does(
     except Exception as exc:  # lone surrogates: refused by the general path, never taken by the short
         assert short is None, exc
         return
-    if short is None:
-        assert (
-            len(content) > 256
-            or general.payload is None
-            or content != content.encode("utf-8", "replace").decode()
-        )
+    if short is None:  # longer than a quarter of INLINE_LIMIT: left to prepare_event
+        assert len(content) > 256
         return
     assert (short.event, short.payload, short.blob, short.tokens) == (
         general.event,
