@@ -134,9 +134,7 @@ class AppendingStore(BatchAppender, ReadingStore):
             self.path,
         )
         if fresh:
-            for hook in self._after_append:
-                with contextlib.suppress(StoreError):  # derived state only: see on_append
-                    hook(records)
+            self._appended(records)
         return records
 
     def _append_one(
