@@ -12,7 +12,7 @@ from typing import Any
 
 from turnlog.store import MessageAppended, SessionStarted, ToolCall, ToolReturned
 from turnlog.store.append_rules import Prepared, prepare_event
-from turnlog.store.chain import GENESIS_HASH, Heads, LinkedBatch, link_batch
+from turnlog.store.chain import Heads, LinkedBatch, link_batch
 from turnlog.store.events import ArtifactWritten
 from turnlog.store.events_loop import StateRecorded
 from turnlog.store.tokenizer import load_tokenizer
@@ -55,9 +55,13 @@ def fixed_events() -> list[Any]:
         MessageAppended(event_id="e-long", role="assistant", content=_text(rng, 50_000)),
         ArtifactWritten(event_id="e-artifact", name="a.txt", content=_text(rng, 40_000)),
         StateRecorded(
-            event_id="e-state", framework="f", namespace="n", key="k", media_type="text/plain",
+            event_id="e-state",
+            framework="f",
+            namespace="n",
+            key="k",
+            media_type="text/plain",
             content=_text(rng, 70_000),
-        ),  # fmt: skip
+        ),
     ]
     events += [
         MessageAppended(event_id=f"e-{i}", role="user" if i % 2 else "assistant", content=_text(rng, i * 37))
@@ -70,14 +74,14 @@ def _digest_of(batch: LinkedBatch) -> tuple[str, str, str]:
     """Digests of the rows, the blobs and the records of a linked batch."""
     rows = hashlib.sha256(repr(batch.rows).encode("utf-8", "surrogateescape")).hexdigest()
     blobs = hashlib.sha256(repr(sorted(batch.blobs.items())).encode()).hexdigest()
-    records = hashlib.sha256(
-        repr([(r.position, r.version, r.hash, r.prev_hash, r.event.model_dump_json()) for r in batch.records]).encode()
-    ).hexdigest()
+    made = [(r.position, r.version, r.hash, r.prev_hash, r.event.model_dump_json()) for r in batch.records]
+    records = hashlib.sha256(repr(made).encode()).hexdigest()
     return rows, blobs, records
 
 
 def link_fixed(prepared: list[Prepared]) -> LinkedBatch:
-    return link_batch("golden-session", prepared, Heads(7, "ab" * 32, 41, "cd" * 32), salt=SALT, recorded_at=AT)
+    heads = Heads(7, "ab" * 32, 41, "cd" * 32)
+    return link_batch("golden-session", prepared, heads, salt=SALT, recorded_at=AT)
 
 
 GOLDEN = (
