@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
-from turnlog.store.blob_worker import WORKER
+from turnlog.store.blob_worker import WORKER, BlobJob
 from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.errors import (
     CorruptStoreError,
@@ -45,12 +45,6 @@ from turnlog.store.events import (
 from turnlog.store.events_loop import MessageRemoved, Origin, SessionRewound, StateRecorded
 from turnlog.store.events_policy import CompactionFailed, OutputCondensed
 from turnlog.store.limits import recorded_time
-from turnlog.store.prepared import _ENVELOPE as _ENVELOPE
-from turnlog.store.prepared import _ENVELOPE_AND_CONTENT as _ENVELOPE_AND_CONTENT
-from turnlog.store.prepared import DeferredBlob
-from turnlog.store.prepared import Prepared as Prepared
-from turnlog.store.prepared import _dump as _dump
-from turnlog.store.prepared import with_fields as with_fields
 from turnlog.store.tokenizer import EXACT_COUNT_LIMIT, Tokenizer, estimate_tokens
 
 INLINE_LIMIT = 1024
@@ -72,6 +66,10 @@ the two threads really overlap (paired runs, 3 of 3; ratios to the floor 0.58 an
 
 _COMPRESS_LEVEL = 1
 
+# Fields left out of the stored payload (never mutated: pydantic only reads them).
+_ENVELOPE: set[str] = {"type", "schema_version", "event_id"}
+_ENVELOPE_AND_CONTENT: set[str] = _ENVELOPE | {"content"}
+
 # A session id: 1 to 200 characters, no whitespace (``\s`` is exactly ``str.isspace``), no control
 # characters (C0, DEL, C1: printed raw they drive the terminal), no lone surrogates (UTF-8 cannot
 # hold them).
@@ -79,6 +77,81 @@ _SESSION_ID = re.compile("[^\\s\x00-\x1f\x7f-\x9f\ud800-\udfff]{1,200}")
 
 Segments = list[tuple[str, int, int]]
 """A session's history: (session id, first version, last version), oldest first."""
+
+
+class Prepared:
+    """An event ready to insert: its payload text, its external content, its count."""
+
+    __slots__ = ("blob", "event", "payload", "tokens")
+
+    def __init__(
+        self,
+        event: Event,
+        payload: str,
+        blob: tuple[str, int, str, bytes] | None,
+        tokens: int | None,
+    ) -> None:
+        self.event = event
+        self.payload = payload
+        self.blob = blob
+        self.tokens = tokens
+
+
+# The slots of a Prepared, read and set past the properties of a _DeferredBlob.
+_EVENT: Any = Prepared.__dict__["event"]
+_PAYLOAD: Any = Prepared.__dict__["payload"]
+_BLOB: Any = Prepared.__dict__["blob"]
+
+
+class _DeferredBlob(Prepared):
+    """A prepared event whose content's blob the blob worker is making (store.blob_worker). Its
+    event, payload and blob are complete from the first time one of them is read: the blob id is
+    filled in as the event's artifact_id, and the payload serialized with it. link_batch reads them
+    in the batch's order, by when the worker has usually made the blob."""
+
+    __slots__ = ("_job", "_size", "_updates")
+
+    def __init__(
+        self, event: Event, job: BlobJob, size: int, updates: dict[str, Any], tokens: int | None
+    ) -> None:
+        _EVENT.__set__(self, event)
+        _PAYLOAD.__set__(self, "")
+        _BLOB.__set__(self, None)
+        self.tokens = tokens
+        self._job: BlobJob | None = job
+        self._size = size
+        self._updates = updates
+
+    def _settle(self) -> None:
+        job = self._job
+        assert job is not None
+        digest, codec, packed = job.result()
+        event = with_fields(_EVENT.__get__(self), {**self._updates, "artifact_id": digest})
+        _EVENT.__set__(self, event)
+        _PAYLOAD.__set__(self, _dump(event, _ENVELOPE_AND_CONTENT))
+        _BLOB.__set__(self, (digest, self._size, codec, packed))
+        self._job = None
+
+    @property
+    def event(self) -> Event:  # type: ignore[override]
+        if self._job is not None:
+            self._settle()
+        result: Event = _EVENT.__get__(self)
+        return result
+
+    @property
+    def payload(self) -> str:  # type: ignore[override]
+        if self._job is not None:
+            self._settle()
+        result: str = _PAYLOAD.__get__(self)
+        return result
+
+    @property
+    def blob(self) -> tuple[str, int, str, bytes] | None:  # type: ignore[override]
+        if self._job is not None:
+            self._settle()
+        result: tuple[str, int, str, bytes] | None = _BLOB.__get__(self)
+        return result
 
 
 class StoredEventId(Exception):
@@ -247,7 +320,7 @@ def _prepare_checked(
                 job = WORKER.submit(data, _encode_blob)
                 if job is not None:
                     tokens = None if count is None else count(event)
-                    return DeferredBlob(event, job, len(data), updates, tokens)
+                    return _DeferredBlob(event, job, len(data), updates, tokens)
                 digest = hashlib.sha256(data).hexdigest()
             updates["artifact_id"] = digest
             blob = (digest, len(data), *_encode_blob(data))
@@ -275,6 +348,29 @@ def _prepare_checked(
         event = with_fields(event, updates)
     payload = _dump(event, _ENVELOPE if content is None else _ENVELOPE_AND_CONTENT)
     return Prepared(event, payload, blob, None if count is None else count(event))
+
+
+def _dump(event: Any, exclude: set[str]) -> str:
+    """The stored payload: ``event.model_dump_json(exclude=exclude, exclude_none=True)``, asked of the
+    model's serializer directly (model_dump_json passes every one of its defaults on, about a
+    microsecond of a small event's append; tests/test_append_prepare.py checks the text is the same)."""
+    return str(event.__pydantic_serializer__.to_json(event, exclude=exclude, exclude_none=True).decode())
+
+
+def with_fields(event: Any, updates: Mapping[str, Any]) -> Any:
+    """``event.model_copy(update=updates)`` for the fields the store fills in (artifact and state ids,
+    sizes, the tokenizer): a shallow copy whose ``updates`` are set and marked as set, made without
+    pydantic's general copy (a third of its cost; it was about 5 µs of each blob's append). The values
+    are the store's own, already valid, as model_copy would take them unchecked too."""
+    cls = event.__class__
+    copied = cls.__new__(cls)
+    fields = dict(event.__dict__)
+    fields.update(updates)
+    object.__setattr__(copied, "__dict__", fields)
+    object.__setattr__(copied, "__pydantic_fields_set__", event.__pydantic_fields_set__ | updates.keys())
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
 
 
 # --- the batch against the session -----------------------------------------------------------------
