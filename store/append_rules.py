@@ -56,14 +56,11 @@ MAX_CONTENT_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 100_000
 """The most events one append may carry."""
 
-_COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
-DEFER_FROM = _COMPRESS_FROM
-"""Contents of at least this many UTF-8 bytes (those that are compressed) are hashed and compressed
-on the blob worker. Each handover costs the worker the GIL two or three times, which it gets back
-only when this thread lets it go (or after the 5 ms switch interval): with the threshold at 4 KiB,
-batches of real-shaped tool outputs were slower than at 32 KiB, whose long zstd calls are where
-the two threads really overlap (paired runs, 3 of 3; ratios to the floor 0.58 and 0.76)."""
+DEFER_FROM = 4 * 1024
+"""Contents of at least this many UTF-8 bytes are hashed and compressed on the blob worker (below
+it, handing a content over costs about what hashing it does)."""
 
+_COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
 
 # Fields left out of the stored payload (never mutated: pydantic only reads them).
