@@ -19,7 +19,6 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError
 
 from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
-from turnlog.store.blob_worker import WORKER, BlobJob
 from turnlog.store.chain import GENESIS_HASH
 from turnlog.store.errors import (
     CorruptStoreError,
@@ -56,10 +55,6 @@ MAX_CONTENT_BYTES = 64 * 1024 * 1024
 MAX_BATCH = 100_000
 """The most events one append may carry."""
 
-DEFER_FROM = 4 * 1024
-"""Contents of at least this many UTF-8 bytes are hashed and compressed on the blob worker (below
-it, handing a content over costs about what hashing it does)."""
-
 _COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
 
@@ -92,63 +87,6 @@ class Prepared:
         self.payload = payload
         self.blob = blob
         self.tokens = tokens
-
-
-# The slots of a Prepared, read and set past the properties of a _DeferredBlob.
-_EVENT: Any = Prepared.__dict__["event"]
-_PAYLOAD: Any = Prepared.__dict__["payload"]
-_BLOB: Any = Prepared.__dict__["blob"]
-
-
-class _DeferredBlob(Prepared):
-    """A prepared event whose content's blob the blob worker is making (store.blob_worker). Its
-    event, payload and blob are complete from the first time one of them is read: the blob id is
-    filled in as the event's artifact_id, and the payload serialized with it. link_batch reads them
-    in the batch's order, by when the worker has usually made the blob."""
-
-    __slots__ = ("_job", "_size", "_updates")
-
-    def __init__(
-        self, event: Event, job: BlobJob, size: int, updates: dict[str, Any], tokens: int | None
-    ) -> None:
-        _EVENT.__set__(self, event)
-        _PAYLOAD.__set__(self, "")
-        _BLOB.__set__(self, None)
-        self.tokens = tokens
-        self._job: BlobJob | None = job
-        self._size = size
-        self._updates = updates
-
-    def _settle(self) -> None:
-        job = self._job
-        assert job is not None
-        digest, codec, packed = job.result()
-        event = with_fields(_EVENT.__get__(self), {**self._updates, "artifact_id": digest})
-        _EVENT.__set__(self, event)
-        _PAYLOAD.__set__(self, _dump(event, _ENVELOPE_AND_CONTENT))
-        _BLOB.__set__(self, (digest, self._size, codec, packed))
-        self._job = None
-
-    @property
-    def event(self) -> Event:  # type: ignore[override]
-        if self._job is not None:
-            self._settle()
-        result: Event = _EVENT.__get__(self)
-        return result
-
-    @property
-    def payload(self) -> str:  # type: ignore[override]
-        if self._job is not None:
-            self._settle()
-        result: str = _PAYLOAD.__get__(self)
-        return result
-
-    @property
-    def blob(self) -> tuple[str, int, str, bytes] | None:  # type: ignore[override]
-        if self._job is not None:
-            self._settle()
-        result: tuple[str, int, str, bytes] | None = _BLOB.__get__(self)
-        return result
 
 
 class StoredEventId(Exception):
@@ -293,16 +231,13 @@ def _prepare_checked(
             )
         if isinstance(event, ArtifactWritten) or len(data) > INLINE_LIMIT:
             content = event.content
-            # A large content whose id the caller left to the store is hashed and compressed on
-            # the blob worker, while this thread goes on with the batch (nothing left to check
-            # needs its hash); a given id is checked here, at once.
-            defer = event.artifact_id is None and len(data) >= DEFER_FROM
-            digest = "" if defer else hashlib.sha256(data).hexdigest()
+            digest = hashlib.sha256(data).hexdigest()
             if event.artifact_id not in (None, digest):
                 raise InvalidEventError(
                     f"{where} ({event.type}): artifact_id {event.artifact_id} is not the sha256 "
                     "of the content; omit it and the store fills it in"
                 )
+            updates["artifact_id"] = digest
             if isinstance(event, ArtifactWritten):
                 if event.size not in (None, len(data)):
                     raise InvalidEventError(
@@ -310,16 +245,6 @@ def _prepare_checked(
                         f"content's {len(data)} bytes; omit it and the store fills it in"
                     )
                 updates["size"] = len(data)
-            if defer:
-                # Serialized once now, so that text the serializer refuses is refused here, with
-                # the precise message prepare_event gives, and never later inside the transaction.
-                _dump(event, _ENVELOPE_AND_CONTENT)
-                job = WORKER.submit(data, _encode_blob)
-                if job is not None:
-                    tokens = None if count is None else count(event)
-                    return _DeferredBlob(event, job, len(data), updates, tokens)
-                digest = hashlib.sha256(data).hexdigest()
-            updates["artifact_id"] = digest
             blob = (digest, len(data), *_encode_blob(data))
         elif event.artifact_id is not None:
             raise InvalidEventError(f"{where} (tool_returned): artifact_id is set by the store; omit it")
