@@ -168,14 +168,21 @@ def prepare_event(
 ) -> Prepared:
     """The ``index``-th event of a batch checked and serialized; its tokens counted with ``count``
     when given (a backend that defers counting gives None)."""
+    cls = event.__class__
     if (
-        event.__class__ is MessageAppended
+        cls is MessageAppended
         and len(event.content) <= MAX_CONTENT_BYTES // 4
         and event.origin is None  # an origin's item may hold dicts: the general path checks them
+    ) or (
+        cls is ToolReturned
+        and event.origin is None
+        and event.artifact_id is None
+        and len(event.content) <= INLINE_LIMIT
+        and event.content.isascii()  # then its UTF-8 is as long: it stays in the payload
     ):
-        # The common case, kept short: a message has no dict-valued field, needs no blob, and
-        # is within the size limit at 4 bytes a character. Text the serializer refuses takes
-        # the general path below, which names the problem.
+        # The common cases, kept short: a message, or a small tool output, has no dict-valued
+        # field, needs no blob, and is within the size limit at 4 bytes a character. Text the
+        # serializer refuses takes the general path below, which names the problem.
         try:
             payload = _dump(event, _ENVELOPE)
         except (UnicodeEncodeError, PydanticSerializationError):

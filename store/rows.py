@@ -8,7 +8,6 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,6 +23,7 @@ from turnlog.store.events import (
     upcast,
 )
 from turnlog.store.limits import MAX_TOKENS, STORED
+from turnlog.store.records import make_record
 
 # What the store's other modules (pg_reading, verify, sqlite_reading) import from here; defined in
 # rows_plain, which loads no event model.
@@ -230,33 +230,6 @@ def _validator(etype: str) -> Any:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:+-]+")  # ids that need no escaping inside a JSON string
 
 
-_RECORD_FIELDS = ("position", "session_id", "version", "event", "tokens", "recorded_at", "prev_hash", "hash")
-if tuple(f.name for f in dataclass_fields(RecordedEvent)) != _RECORD_FIELDS:  # pragma: no cover
-    raise RuntimeError("store.rows._make_record: RecordedEvent's fields changed; update _RECORD_FIELDS")
-_new = object.__new__
-(_set_pos, _set_sid, _set_version, _set_event, _set_tokens, _set_at, _set_prev, _set_hash) = (
-    getattr(RecordedEvent, name).__set__ for name in _RECORD_FIELDS
-)
-
-
-def _make_record(
-    pos: int, sid: str, version: int, event: Any, tokens: int | None, at: str, prev: str, digest: str
-) -> RecordedEvent:
-    """RecordedEvent(...) without the frozen dataclass's ``__init__``, which sets each field with
-    the generic ``object.__setattr__`` (about half of a record's making, its event apart): each
-    slot is set through its own descriptor. Reads make one record per stored row."""
-    record = _new(RecordedEvent)
-    _set_pos(record, pos)
-    _set_sid(record, sid)
-    _set_version(record, version)
-    _set_event(record, event)
-    _set_tokens(record, tokens)
-    _set_at(record, at)
-    _set_prev(record, prev)
-    _set_hash(record, digest)
-    return record
-
-
 def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEvent:
     """The record a stored row holds. ``trusted``: the row was validated when it was appended, so
     the JSON depth checks are not run again (see store.limits.STORED); every other check is, and a
@@ -295,7 +268,7 @@ def record_from_row(row: Sequence[Any], *, trusted: bool = True) -> RecordedEven
         raise CorruptStoreError(
             f"position {pos}: stored token count {tokens} is out of range; run `turnlog verify`"
         )
-    return _make_record(pos, sid, version, event, tokens, at, prev, digest)
+    return make_record(pos, sid, version, event, tokens, at, prev, digest)
 
 
 PAYLOAD_JOIN = (
