@@ -333,6 +333,6 @@ def link_one(
         pos, session_id, head + 1, event_id, event.type, event.schema_version, payload, blob_id,
         item.tokens, recorded_at, prev_hash, event_digest, digest, placed,
     )  # fmt: skip
-    return row, RecordedEvent(
+    return row, make_record(
         pos, session_id, head + 1, event, item.tokens, recorded_at, prev_hash, event_digest
     )
