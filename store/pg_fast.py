@@ -79,6 +79,28 @@ _CURSORS: weakref.WeakKeyDictionary[Connection, Any] = weakref.WeakKeyDictionary
 """A cursor kept per pooled connection for the statement (one thread uses a connection at a time):
 ``conn.execute`` would make a cursor, and its map of adapters, at every append."""
 
+
+def kept_cursor(conn: Connection, kept: weakref.WeakKeyDictionary[Connection, Any]) -> Any:
+    """The raw cursor (``$1`` placeholders, see :func:`numbered`) kept in ``kept`` for ``conn``."""
+    cursor = kept.get(conn)
+    if cursor is None or cursor.closed:
+        cursor = kept[conn] = psycopg.RawCursor(conn)
+    return cursor
+
+
+@functools.lru_cache(maxsize=128)
+def numbered(sql: str) -> str:
+    """``sql`` with its ``%s`` placeholders as PostgreSQL's own ``$1``, ``$2``, ... for a
+    ``RawCursor``. psycopg converts a ``%s`` query at every execute once it has more than 50
+    parameters or 4,096 characters (the limits of its cache): an append statement of four rows or
+    more was parsed again in Python at every call (in a LangGraph turn, most appends; about a
+    tenth of the turn's CPU). The texts here have no other ``%``."""
+    parts = sql.split("%s")
+    if any("%" in part for part in parts):
+        raise ValueError("store.pg_fast.numbered: a statement with a literal % cannot be numbered")
+    return "".join(f"{part}${n}" for n, part in enumerate(parts[:-1], 1)) + parts[-1]
+
+
 MAX_FAST_ROWS = 64
 """The largest batch the statement takes (a larger one takes the long way: few appends are that
 large, and each size is a statement prepared on every connection)."""
@@ -100,11 +122,10 @@ def insert_placed(
         params.extend(blob)
     for row in batch.rows:
         params.extend(row)
-    cursor = _CURSORS.get(conn)
-    if cursor is None or cursor.closed:
-        cursor = _CURSORS[conn] = conn.cursor()
     try:
-        cursor.execute(placed_insert_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
+        kept_cursor(conn, _CURSORS).execute(
+            numbered(placed_insert_sql(len(batch.rows), len(batch.blobs))), params, prepare=True
+        )
     except psycopg.errors.UniqueViolation as exc:
         if stale_key(exc):
             raise Stale from None

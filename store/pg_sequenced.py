@@ -23,7 +23,7 @@ from typing import Any
 import psycopg.errors
 
 from turnlog.store.chain import LinkedBatch
-from turnlog.store.pg_fast import Stale, stale_key
+from turnlog.store.pg_fast import Stale, kept_cursor, numbered, stale_key
 from turnlog.store.pg_schema import APPEND_PROCEDURE, ROW_FIELDS
 
 Connection = Any  # psycopg.Connection[tuple[Any, ...]]
@@ -66,11 +66,9 @@ def insert_sequenced(
         params.extend((blob_id, size, codec))
         blob_data.append(data)
     params.extend(blob_data)
-    cursor = _CURSORS.get(conn)
-    if cursor is None or cursor.closed:
-        cursor = _CURSORS[conn] = conn.cursor()
+    cursor = kept_cursor(conn, _CURSORS)
     try:
-        cursor.execute(call_sql(len(batch.rows), len(batch.blobs)), params, prepare=True)
+        cursor.execute(numbered(call_sql(len(batch.rows), len(batch.blobs))), params, prepare=True)
     except psycopg.errors.UniqueViolation as exc:
         if stale_key(exc):
             raise Stale from None

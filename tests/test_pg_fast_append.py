@@ -108,3 +108,40 @@ def test_a_large_batch_that_repeats_a_stored_event_id_stores_nothing(pg_schema: 
         assert store.verify().ok
     finally:
         store.close()
+
+
+def test_a_statement_of_many_rows_is_not_parsed_again_at_each_append(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg converts a %s query at every execute past 50 parameters (its cache's limit): the
+    # append statements go numbered ($1, $2, ...) through a raw cursor, so it converts none.
+    from psycopg import _queries
+
+    converted: list[int] = []
+    original = _queries._query2pg_nocache
+
+    def counting(query: Any, encoding: str) -> Any:
+        converted.append(len(query))
+        return original(query, encoding)
+
+    store = _open(pg_schema)
+    try:
+        store.append("s", [_say("warm")])
+        monkeypatch.setattr(_queries, "_query2pg_nocache", counting)
+        for turn in range(3):
+            store.append("s", [_say(f"{turn}.{n}") for n in range(6)])  # 6 rows: 84 parameters
+        monkeypatch.undo()
+        assert converted == []
+        assert [r.event.content for r in store.read_session("s")][-3:] == ["2.3", "2.4", "2.5"]
+        assert store.verify().ok
+    finally:
+        store.close()
+
+
+def test_numbered_placeholders() -> None:
+    from turnlog.store.pg_fast import numbered
+
+    assert numbered("SELECT %s::int, %s") == "SELECT $1::int, $2"
+    assert numbered("SELECT 1") == "SELECT 1"
+    with pytest.raises(ValueError, match="literal %"):
+        numbered("SELECT %s || '%%'")
