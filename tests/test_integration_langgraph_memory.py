@@ -350,3 +350,81 @@ def test_writes_of_a_caller_that_puts_its_checkpoints_itself_do_not_wait(opener:
     saver.put_writes(cfg("t", checkpoint_id=later["id"]), [("x", "later")], task_id="task")
     assert len(calls) == 3
     assert asked and not any(asked)
+
+
+def writes_during_a_commit(saver: TurnlogSaver, checkpoint: Any, task: str) -> list[list[Any]]:
+    """``checkpoint`` put (its config's parent: the thread's latest) while, during its append, a
+    task writes for it (as a step's first task does while LangGraph's ``put`` commits); returns once
+    the put has returned, the writes still on their way. The appends' events, recorded."""
+    calls = appends_of(saver)
+    inner = saver.store.append
+    appending, release = threading.Event(), threading.Event()
+
+    def append(session_id: str, events: Any, **kwargs: Any) -> Any:
+        if any(isinstance(e, StateRecorded) and e.key == checkpoint["id"] for e in events):
+            appending.set()
+            assert release.wait(30)
+        return inner(session_id, events, **kwargs)
+
+    saver.store.append = append  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+    parent = saver.get_tuple(cfg("t"))
+    base = cfg("t", checkpoint_id=parent.checkpoint["id"]) if parent is not None else cfg("t")
+    putting = started(lambda: saver.put(base, checkpoint, {"step": 1}, {}), errors)
+    assert appending.wait(30)
+    now = cfg("t", checkpoint_id=checkpoint["id"])
+    writing = started(lambda: saver.put_writes(now, [("x", task)], task_id=task), errors)
+    queued(saver, 1)
+    release.set()
+    putting.join()
+    saver._test_writing = writing  # type: ignore[attr-defined]
+    saver._test_errors = errors  # type: ignore[attr-defined]
+    return calls
+
+
+def test_writes_made_while_their_checkpoint_commits_go_in_the_next_puts_append(opener: Opener) -> None:
+    """LangGraph's default durability: a step's first task writes while the step's checkpoint
+    commits; LangGraph puts the next checkpoint once that returns. The writes wait for that put and
+    go in its append: two appends (two commits), not three one after the other."""
+    saver = opener()
+    first = create_checkpoint(empty_checkpoint(), None, 0)
+    saver.put(cfg("t"), first, {"step": 0}, {})
+    second = create_checkpoint(first, None, 1)
+    third = create_checkpoint(second, None, 2)
+    saver._log.queue._next_linger = 60.0  # however slow the machine: the next put comes first
+    calls = writes_during_a_commit(saver, second, "task0")
+    saver.put(cfg("t", checkpoint_id=second["id"]), third, {"step": 2}, {})
+    saver._test_writing.join()  # type: ignore[attr-defined]
+    assert saver._test_errors == []  # type: ignore[attr-defined]
+    assert keys(calls) == [[second["id"]], [f"{second['id']}/writes/task0", third["id"]]]
+    found = saver.get_tuple(cfg("t", checkpoint_id=second["id"]))
+    assert found is not None and [w[0] for w in found.pending_writes or []] == ["task0"]
+    assert shape(found) == shape(from_index(saver, cfg("t", checkpoint_id=second["id"])))
+    assert shape(saver.get_tuple(cfg("t"))) == shape(from_index(saver, cfg("t")))
+    assert saver._log.queue._misses == {}
+
+
+def test_writes_whose_next_put_does_not_come_stop_waiting_for_it(opener: Opener) -> None:
+    """A next put that does not come (LangGraph waits for a delta channel's writes before it puts
+    the next checkpoint; the run ends): the writes go alone after the short wait, and after two such
+    in a row the namespace's writes no longer wait, until a next put comes again."""
+    saver = opener()
+    queue = saver._log.queue
+    queue._next_linger = 0.02
+    previous = create_checkpoint(empty_checkpoint(), None, 0)
+    saver.put(cfg("t"), previous, {"step": 0}, {})
+    for step in range(1, 4):
+        checkpoint = create_checkpoint(previous, None, step)
+        calls = writes_during_a_commit(saver, checkpoint, f"task{step}")
+        saver._test_writing.join()  # type: ignore[attr-defined]
+        assert saver._test_errors == []  # type: ignore[attr-defined]
+        assert keys(calls) == [[checkpoint["id"]], [f"{checkpoint['id']}/writes/task{step}"]]
+        assert queue._misses == {("t", ""): step}  # (from 2 on, each put counts towards a retry)
+        found = saver.get_tuple(cfg("t"))
+        assert found is not None and [w[0] for w in found.pending_writes or []] == [f"task{step}"]
+        previous = checkpoint
+    for step in range(4, 4 + 64):  # puts without writes during them: the namespace tries again
+        checkpoint = create_checkpoint(previous, None, step)
+        saver.put(cfg("t", checkpoint_id=previous["id"]), checkpoint, {"step": step}, {})
+        previous = checkpoint
+    assert queue._misses == {("t", ""): 1}

@@ -216,11 +216,18 @@ def _analyze(name: str) -> None:
             conn.execute(f"ANALYZE {name}.{table}")
 
 
-def saver_turns(turns: int, rounds: int = 3) -> tuple[float, float]:
+SAVER_ROUNDS = 8
+"""Rounds of the saver figure: each side's turns/s is the median of its rounds."""
+SAVER_WARM = 5
+"""Turns each side runs before it is timed (a fresh graph and thread pay one-time costs: the
+graph's first run, the server's first plans, psycopg's statements prepared at their fifth use)."""
+
+
+def saver_turns(turns: int, rounds: int = SAVER_ROUNDS) -> tuple[float, float]:
     """A one-node LangGraph graph invoked ``turns`` times on one thread, checkpointed by LangGraph's
-    PostgresSaver and by TurnlogSaver on the same server, in ``rounds`` alternating rounds (after a
-    warm turn each, so neither pays the graph's first run; the machine's load falls on both alike):
-    turns/s of each, the median of its rounds."""
+    PostgresSaver and by TurnlogSaver on the same server, in ``rounds`` rounds that take turns (after
+    :data:`SAVER_WARM` warm turns each; the side that goes first alternates, so a load that rises
+    or falls during the run falls on both alike): turns/s of each, the median of its rounds."""
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.graph import END, START, MessagesState, StateGraph
@@ -239,7 +246,8 @@ def saver_turns(turns: int, rounds: int = 3) -> tuple[float, float]:
     def runner(saver: Any) -> Callable[[], float]:
         graph = builder.compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:6]}"}}
-        graph.invoke({"messages": [("user", "warm")]}, config)
+        for i in range(SAVER_WARM):
+            graph.invoke({"messages": [("user", f"warm {i}")]}, config)
 
         def rate() -> float:
             start = time.perf_counter()
@@ -258,9 +266,13 @@ def saver_turns(turns: int, rounds: int = 3) -> tuple[float, float]:
             theirs.setup()
             peer_round, ours_round = runner(theirs), runner(ours)
             peer, mine = [], []
-            for _ in range(rounds):
-                peer.append(peer_round())
-                mine.append(ours_round())
+            for round_ in range(rounds):
+                if round_ % 2:
+                    mine.append(ours_round())
+                    peer.append(peer_round())
+                else:
+                    peer.append(peer_round())
+                    mine.append(ours_round())
     return statistics.median(peer), statistics.median(mine)
 
 
@@ -332,7 +344,9 @@ def render(result: dict[str, Any], command: str) -> str:
         f"Measured by `{command}` against PostgreSQL at {result['server']}, in one run: turnlog's "
         "PostgreSQL store, the plain psycopg floor at the same durability (`synchronous_commit=on`: "
         "INSERT + COMMIT into a table with a session index), and LangGraph's PostgresSaver. The append "
-        f"figures are the medians of {ROUNDS} rounds in which the floor and turnlog take turns.",
+        f"figures are the medians of {ROUNDS} rounds in which the floor and turnlog take turns; the "
+        f"LangGraph figures, of {SAVER_ROUNDS} rounds in which the two savers take turns (the one "
+        f"going first alternating), each after {SAVER_WARM} warm turns on its thread.",
         "",
         "| figure | turnlog | floor / peer | ratio | target |",
         "|---|---:|---:|---:|---|",

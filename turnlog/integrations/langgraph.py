@@ -134,6 +134,10 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         self._log = SaverLog(self._store, self._lock)
         self._previous: OrderedDict[tuple[str, str], Previous] = OrderedDict()
         """Each (thread, namespace)'s last checkpoint put here: the next one stores what changed."""
+        self._previous_lock = threading.Lock()
+        """Guards ``_previous`` alone: a ``put`` whose append is committed notes its values without
+        waiting for the saver's lock, which another append of the thread may hold through its
+        commit (LangGraph's next ``put`` waits for this one to return)."""
 
     @property
     def store(self) -> Store:
@@ -246,10 +250,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def _remember(self, key: tuple[str, str], checkpoint: Checkpoint, stored: dict[str, Stored]) -> None:
         """The namespace's last checkpoint put or read, with how its values are stored."""
         versions = dict(checkpoint.get("channel_versions") or {})
-        self._previous[key] = Previous(checkpoint["id"], versions, stored)
-        self._previous.move_to_end(key)
-        while len(self._previous) > _PREVIOUS:  # it holds the values' objects: the least recent go
-            self._previous.popitem(last=False)
+        with self._previous_lock:
+            self._previous[key] = Previous(checkpoint["id"], versions, stored)
+            self._previous.move_to_end(key)
+            while len(self._previous) > _PREVIOUS:  # it holds the values' objects: the least recent go
+                self._previous.popitem(last=False)
 
     def _read_into(
         self,
@@ -326,7 +331,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         namespace = conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id") or None
         key = (str(thread_id), namespace)
-        previous = self._previous.get(key)
+        with self._previous_lock:
+            previous = self._previous.get(key)
         if previous is not None and previous.checkpoint_id != parent:
             previous = None  # only the parent's values are known to be these objects
         type_, content, stored = encode(self.serde, checkpoint, new_versions, previous)
@@ -347,8 +353,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         write = QueuedWrite(str(thread_id), state, messages if mapped else None, parent)
         self._log.write(write)
         if write.version is not None:
-            with self._lock:
-                self._remember(key, checkpoint, resolved(write.version, stored))
+            self._remember(key, checkpoint, resolved(write.version, stored))
         return {
             "configurable": {
                 "thread_id": thread_id,

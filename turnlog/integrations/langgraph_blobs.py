@@ -189,7 +189,15 @@ def decode(
     serde: SerializerProtocol, version: int, state: StateRecorded, events: Mapping[int, StateRecorded]
 ) -> tuple[Checkpoint, dict[str, Stored]]:
     """The checkpoint a ``channels`` event (at ``version``) holds, its blobs taken from ``events``
-    (by session version: every one of :func:`references`), and how each value is stored."""
+    (by session version: every one of :func:`references`), and how each value is stored. Read
+    with the collector paused (:func:`langgraph_messages.gc_paused`)."""
+    with langgraph_messages.gc_paused():
+        return _decode(serde, version, state, events)
+
+
+def _decode(
+    serde: SerializerProtocol, version: int, state: StateRecorded, events: Mapping[int, StateRecorded]
+) -> tuple[Checkpoint, dict[str, Stored]]:
     lines = state.content.split("\n")
     header = json.loads(lines[0])
     types: list[str] = header["types"]

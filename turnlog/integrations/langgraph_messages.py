@@ -21,7 +21,10 @@ back (or a future ``langchain_core`` whose validators do) keeps LangGraph's form
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import gc
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -35,7 +38,7 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-__all__ = ["SUFFIX", "dumps", "loads"]
+__all__ = ["SUFFIX", "dumps", "gc_paused", "loads"]
 
 SUFFIX = "+construct"
 """Added to the serializer's type of a blob stored in this form."""
@@ -52,7 +55,13 @@ _set = object.__setattr__
 
 def dumps(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, bytes]:
     """The blob of a list: in this form if every item is a plain message of a known class and the
-    form reads back as LangGraph's own does; else the serializer's usual blob."""
+    form reads back as LangGraph's own does; else the serializer's usual blob. The collector is
+    paused meanwhile (:func:`gc_paused`: a whole list is read back to be checked)."""
+    with gc_paused():
+        return _dumps(serde, items)
+
+
+def _dumps(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, bytes]:
     usual = serde.dumps_typed(items)
     if not items or not all(_plain(item) for item in items):
         return usual
@@ -132,3 +141,31 @@ def _same(built: Any, expected: Any) -> bool:
         and built.model_fields_set == expected.model_fields_set
         and vars(built) == vars(expected)
     )
+
+
+_paused = 0  # callers inside gc_paused
+_was_enabled = False  # whether the collector ran when the first of them came in
+_pause_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic collector paused while a checkpoint's values are read, as msgpack's own
+    documentation advises for unpacking large data: reading hundreds of messages makes thousands
+    of objects that all live on (the checkpoint LangGraph resumes from), and the collections their
+    allocations trigger mid-read scan them again and again, promoting them as they go. Counted
+    across threads: the collector is enabled again (if it was) when the last reader leaves; the
+    collection the allocations call for runs then."""
+    global _paused, _was_enabled
+    with _pause_lock:
+        if not _paused:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _paused += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _paused -= 1
+            if not _paused and _was_enabled:
+                gc.enable()
