@@ -223,24 +223,34 @@ SAVER_WARM = 5
 graph's first run, the server's first plans, psycopg's statements prepared at their fifth use)."""
 
 
+@contextmanager
+def saver_pair() -> Iterator[tuple[Any, Any]]:
+    """LangGraph's PostgresSaver and TurnlogSaver, each in a fresh schema of the bench's server."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from turnlog.integrations.langgraph import TurnlogSaver
+
+    with schema() as theirs_schema, schema() as ours_schema:
+        with psycopg.connect(server(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {theirs_schema}")
+        theirs_url = f"{server()}?options=-csearch_path%3D{theirs_schema}"
+        with (
+            PostgresSaver.from_conn_string(theirs_url) as theirs,
+            TurnlogSaver(f"{server()}?schema={ours_schema}") as ours,
+        ):
+            theirs.setup()
+            yield theirs, ours
+
+
 def saver_turns(turns: int, rounds: int = SAVER_ROUNDS) -> tuple[float, float]:
     """A one-node LangGraph graph invoked ``turns`` times on one thread, checkpointed by LangGraph's
     PostgresSaver and by TurnlogSaver on the same server, in ``rounds`` rounds that take turns (after
     :data:`SAVER_WARM` warm turns each; the side that goes first alternates, so a load that rises
     or falls during the run falls on both alike): turns/s of each, the median of its rounds."""
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
-    from langgraph.graph import END, START, MessagesState, StateGraph
+    from benchlib.saver_append import one_node_graph
 
-    from turnlog.integrations.langgraph import TurnlogSaver
-
-    def answer(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("answer", answer)
-    builder.add_edge(START, "answer")
-    builder.add_edge("answer", END)
+    builder = one_node_graph()
     per_round = max(1, turns // rounds)
 
     def runner(saver: Any) -> Callable[[], float]:
@@ -257,22 +267,16 @@ def saver_turns(turns: int, rounds: int = SAVER_ROUNDS) -> tuple[float, float]:
 
         return rate
 
-    with schema() as theirs_schema, schema() as ours_schema:
-        with psycopg.connect(server(), autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {theirs_schema}")
-        theirs_url = f"{server()}?options=-csearch_path%3D{theirs_schema}"
-        ours_url = f"{server()}?schema={ours_schema}"
-        with PostgresSaver.from_conn_string(theirs_url) as theirs, TurnlogSaver(ours_url) as ours:
-            theirs.setup()
-            peer_round, ours_round = runner(theirs), runner(ours)
-            peer, mine = [], []
-            for round_ in range(rounds):
-                if round_ % 2:
-                    mine.append(ours_round())
-                    peer.append(peer_round())
-                else:
-                    peer.append(peer_round())
-                    mine.append(ours_round())
+    with saver_pair() as (theirs, ours):
+        peer_round, ours_round = runner(theirs), runner(ours)
+        peer, mine = [], []
+        for round_ in range(rounds):
+            if round_ % 2:
+                mine.append(ours_round())
+                peer.append(peer_round())
+            else:
+                peer.append(peer_round())
+                mine.append(ours_round())
     return statistics.median(peer), statistics.median(mine)
 
 
@@ -330,6 +334,10 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     result["build"] = {m: build(m, 20 if quick else 50) for m in sizes}
     log("postgres: LangGraph PostgresSaver and TurnlogSaver")
     result["saver"] = saver_turns(30 if quick else 200)
+    from benchlib.saver_append import saver_appends
+
+    log("postgres: the savers' own appends, a graph's put/put_writes replayed")
+    result["saver_appends"] = saver_appends(30 if quick else 200, 3 if quick else SAVER_ROUNDS, saver_pair)
     return result
 
 
@@ -383,6 +391,13 @@ def render(result: dict[str, Any], command: str) -> str:
         f"| LangGraph graph turns checkpointed (turns/s) | {ours:,.0f} | {peer:,.0f} (PostgresSaver) | "
         f"{ours / peer:.2f}× | ≥ 1.2× PostgresSaver: {_met(ours / peer >= 1.2)} |"
     )
+    replayed = result["saver_appends"]
+    alone = replayed["turnlog_saver"] / replayed["postgres_saver"]
+    lines.append(
+        f"| the savers' own appends of a turn ({replayed['calls_per_turn']:.0f} put/put_writes, replayed "
+        f"one after another; turns/s) | {replayed['turnlog_saver']:,.0f} | "
+        f"{replayed['postgres_saver']:,.0f} (PostgresSaver) | {alone:.2f}× | |"
+    )
     lines += [
         "",
         f"Writer processes: each session has its own hash chain and the global order is placed after "
@@ -416,6 +431,15 @@ def render(result: dict[str, Any], command: str) -> str:
         "texts the store does not remember (a turn's new messages: the rows of the last build are "
         "remembered), answers in binary and leaves the sort to the client; the rest is the "
         "builder's Python.",
+        "",
+        "The savers' own appends: a graph's `put` and `put_writes` calls, recorded once and replayed "
+        "into each saver one after another with nothing between them (scripts/benchlib/saver_append.py), "
+        "so each call is a commit of its own on both sides; this row has no target and shows the "
+        "saver without LangGraph's engine. In a graph turn, LangGraph hands a step's writes to the "
+        "saver from its executor's threads while the step's checkpoint is still being committed, and "
+        "TurnlogSaver appends a turn's writes together with the checkpoint that follows them, one "
+        "commit where PostgresSaver makes two (turnlog/integrations/langgraph_queue.py): the turns "
+        "row is the one the target is read on, as users run the saver.",
     ]
     return "\n".join(lines)
 

@@ -27,10 +27,23 @@ def _plain(config: Any) -> dict[str, Any]:
     return {"configurable": kept, "metadata": dict(config.get("metadata") or {})}
 
 
+def one_node_graph() -> Any:
+    """The bench's graph (uncompiled): one node that answers each user message."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder
+
+
 def record(turns: int) -> list[Call]:
     """The appends of ``turns`` turns of the bench's one-node graph (as saver_turns runs it)."""
     from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     calls: list[Call] = []
 
@@ -43,13 +56,7 @@ def record(turns: int) -> list[Call]:
             calls.append(("put_writes", copy.deepcopy((_plain(config), writes, task_id, task_path))))
             super().put_writes(config, writes, task_id, task_path)
 
-    def answer(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [("ai", f"noted {len(state['messages'])}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("answer", answer)
-    builder.add_edge(START, "answer")
-    builder.add_edge("answer", END)
+    builder = one_node_graph()
     graph = builder.compile(checkpointer=Recording())
     config: Any = {"configurable": {"thread_id": "recorded"}}
     for i in range(turns):
@@ -78,12 +85,14 @@ def replay(saver: Any, calls: list[Call]) -> float:
 
 def saver_appends(turns: int, rounds: int, savers: Callable[[], Any]) -> dict[str, Any]:
     """Turns' worth of appends per second on each saver, the median of ``rounds`` alternating rounds
-    (after a warm round each). ``savers()`` is a context manager giving (PostgresSaver, TurnlogSaver)."""
+    (after a warm round each; the side that goes first alternates). ``savers()`` is a context manager
+    giving (PostgresSaver, TurnlogSaver)."""
     calls = record(turns)
     rates: dict[str, list[float]] = {"postgres_saver": [], "turnlog_saver": []}
     with savers() as pair:
         for round_ in range(rounds + 1):
-            for name, saver in zip(rates, pair, strict=True):
+            sides = list(zip(rates, pair, strict=True))
+            for name, saver in sides[:: -1 if round_ % 2 else 1]:
                 elapsed = replay(saver, _on_thread(calls, f"r{round_}-{uuid.uuid4().hex[:8]}"))
                 if round_:  # the first round warms both (connections, statements, caches)
                     rates[name].append(turns / elapsed)
