@@ -5,7 +5,13 @@ LangGraph's PostgresSaver and into TurnlogSaver on the same server, in alternati
 of its own each round). Both savers return from each call once it is committed (PostgresSaver on an
 autocommit connection, TurnlogSaver after its append's commit), so a round ends with everything
 durable on both sides. A graph turn (``postgres_bench.saver_turns``) adds LangGraph's engine, the
-same for both, around these calls: the figure here is the savers' part alone."""
+same for both, around these calls: the figure here is the savers' part alone.
+
+The calls are copied with one memo, so a message passed again in a later checkpoint is the same
+object there, as LangGraph passes it (TurnlogSaver then stores only the messages a checkpoint
+adds). One difference from a graph stays, against TurnlogSaver: a turn's first checkpoint carries
+the messages the graph read back at the turn's start (from the recording saver), which TurnlogSaver
+has not seen, so it stores that list whole where, in a graph, it knows them from its own read."""
 
 from __future__ import annotations
 
@@ -46,14 +52,15 @@ def record(turns: int) -> list[Call]:
     from langgraph.checkpoint.memory import InMemorySaver
 
     calls: list[Call] = []
+    memo: dict[int, Any] = {}  # one memo for every call: an object passed again is the same copy
 
     class Recording(InMemorySaver):
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            calls.append(("put", copy.deepcopy((_plain(config), checkpoint, metadata, new_versions))))
+            calls.append(("put", copy.deepcopy((_plain(config), checkpoint, metadata, new_versions), memo)))
             return super().put(config, checkpoint, metadata, new_versions)
 
         def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
-            calls.append(("put_writes", copy.deepcopy((_plain(config), writes, task_id, task_path))))
+            calls.append(("put_writes", copy.deepcopy((_plain(config), writes, task_id, task_path), memo)))
             super().put_writes(config, writes, task_id, task_path)
 
     builder = one_node_graph()
