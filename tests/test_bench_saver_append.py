@@ -47,6 +47,9 @@ def test_replayed_appends_leave_the_thread_the_graph_left(saver_append: Any, pg_
     calls = saver_append.record(3)
     # A turn: the input's checkpoint, the node's writes, its checkpoint, and so on; nothing but appends.
     assert {name for name, _ in calls} == {"put", "put_writes"} and len(calls) == 15
+    # A message passed again is the same object in the later call, as LangGraph passes it.
+    lists = [args[1]["channel_values"].get("messages", []) for name, args in calls if name == "put"]
+    assert lists[-1][-2] is lists[-2][-1]
     theirs_schema = f"{pg_schema}_peer"
     with psycopg.connect(pg_url(), autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {theirs_schema}")
