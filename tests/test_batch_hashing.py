@@ -182,6 +182,30 @@ def test_every_route_makes_the_reference_rows(events: list[Any]) -> None:
     _reference_check("s", prepared, batch, heads)
 
 
+def test_given_times_and_a_batch_without_positions_link_as_the_reference_says() -> None:
+    """link_batch's two other routes: each event recorded at its own given time (an import), and a
+    batch placed in no order yet (PostgreSQL stamps positions after its commit): rows and records
+    as event_hash and RecordedEvent's own ``__init__`` make them."""
+    tokenizer = load_tokenizer()
+    events = fixed_events()[:6]
+    prepared = [prepare_event(e, i, tokenizer, lambda _: 3) for i, e in enumerate(events, 1)]
+    times = [f"2026-05-0{i}T00:00:00.00000{i}+00:00" for i in range(1, len(prepared) + 1)]
+    batch = link_batch("s", prepared, Heads(4, "ef" * 32), salt=SALT, recorded_at=AT, times=times)
+    prev = "ef" * 32
+    for offset, (row, record, item, at) in enumerate(
+        zip(batch.rows, batch.records, prepared, times, strict=True), 1
+    ):
+        event = item.event
+        digest = payload_digest(SALT, item.payload)
+        expected = event_hash(
+            "s", 4 + offset, prev, event.event_id, event.type, event.schema_version, digest, row[7], at
+        )
+        assert row[0] is None and row[13] is None  # no position, no order hash
+        assert row[9:13] == (at, prev, expected, digest)
+        assert record == RecordedEvent(0, "s", 4 + offset, event, 3, at, prev, expected)
+        prev = expected
+
+
 def test_refused_large_content_is_refused_in_prepare() -> None:
     """Text the serializer refuses, a wrong artifact_id or size: refused before any transaction."""
     tokenizer = load_tokenizer()
