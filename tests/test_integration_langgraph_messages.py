@@ -270,38 +270,3 @@ def test_a_message_stored_with_some_fields_set_reads_with_those() -> None:
     _type, data = SERDE.dumps_typed([header, [[0, list(fields.values()), ["content"]]]])
     back = loads(SERDE, "msgpack" + SUFFIX, data)
     _assert_same(back, [HumanMessage.model_construct({"content"}, **fields)])
-
-
-def test_the_collector_is_paused_while_reading_and_restored_after() -> None:
-    """gc_paused: nested and from several threads, the collector runs again once the last reader
-    leaves (if it ran before: an application that turned it off keeps it off)."""
-    import gc
-    import threading
-
-    from turnlog.integrations.langgraph_messages import gc_paused
-
-    assert gc.isenabled()
-    inside, leave = threading.Event(), threading.Event()
-
-    def reader() -> None:
-        with gc_paused():
-            inside.set()
-            assert leave.wait(30)
-
-    other = threading.Thread(target=reader)
-    with gc_paused():
-        other.start()
-        assert inside.wait(30)
-        with gc_paused():
-            assert not gc.isenabled()
-    assert not gc.isenabled()  # the other reader is still inside
-    leave.set()
-    other.join()
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()

@@ -44,6 +44,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from turnlog.integrations import langgraph_messages
 from turnlog.store import StateRecorded
+from turnlog.store.rows import gc_paused
 
 __all__ = ["ENCODING", "MAX_SEGMENTS", "Previous", "Stored", "decode", "encode", "references", "resolved"]
 
@@ -190,8 +191,8 @@ def decode(
 ) -> tuple[Checkpoint, dict[str, Stored]]:
     """The checkpoint a ``channels`` event (at ``version``) holds, its blobs taken from ``events``
     (by session version: every one of :func:`references`), and how each value is stored. Read
-    with the collector paused (:func:`langgraph_messages.gc_paused`)."""
-    with langgraph_messages.gc_paused():
+    with the collector paused (store.rows.gc_paused)."""
+    with gc_paused():
         return _decode(serde, version, state, events)
 
 

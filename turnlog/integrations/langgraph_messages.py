@@ -21,10 +21,7 @@ back (or a future ``langchain_core`` whose validators do) keeps LangGraph's form
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -38,7 +35,9 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-__all__ = ["SUFFIX", "dumps", "gc_paused", "loads"]
+from turnlog.store.rows import gc_paused
+
+__all__ = ["SUFFIX", "dumps", "loads"]
 
 SUFFIX = "+construct"
 """Added to the serializer's type of a blob stored in this form."""
@@ -56,7 +55,7 @@ _set = object.__setattr__
 def dumps(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, bytes]:
     """The blob of a list: in this form if every item is a plain message of a known class and the
     form reads back as LangGraph's own does; else the serializer's usual blob. The collector is
-    paused meanwhile (:func:`gc_paused`: a whole list is read back to be checked)."""
+    paused meanwhile (store.rows.gc_paused: a whole list is read back to be checked)."""
     with gc_paused():
         return _dumps(serde, items)
 
@@ -141,31 +140,3 @@ def _same(built: Any, expected: Any) -> bool:
         and built.model_fields_set == expected.model_fields_set
         and vars(built) == vars(expected)
     )
-
-
-_paused = 0  # callers inside gc_paused
-_was_enabled = False  # whether the collector ran when the first of them came in
-_pause_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic collector paused while a checkpoint's values are read, as msgpack's own
-    documentation advises for unpacking large data: reading hundreds of messages makes thousands
-    of objects that all live on (the checkpoint LangGraph resumes from), and the collections their
-    allocations trigger mid-read scan them again and again, promoting them as they go. Counted
-    across threads: the collector is enabled again (if it was) when the last reader leaves; the
-    collection the allocations call for runs then."""
-    global _paused, _was_enabled
-    with _pause_lock:
-        if not _paused:
-            _was_enabled = gc.isenabled()
-            gc.disable()
-        _paused += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _paused -= 1
-            if not _paused and _was_enabled:
-                gc.enable()
