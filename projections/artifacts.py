@@ -178,7 +178,7 @@ class ArtifactsProjection(Projection):
                 name = f"{event.tool_name or 'tool'} output {event.tool_call_id}"
                 media_type, call_id = "text/plain", event.tool_call_id
                 # The stored count also covers the call id (see ToolReturned.token_texts).
-                tokenizer = tokenizer or _store_tokenizer(conn)
+                tokenizer = tokenizer or self._tokenizer(conn)
                 own_tokens = tokenizer.count(event.tool_call_id)
             else:
                 continue
@@ -190,7 +190,7 @@ class ArtifactsProjection(Projection):
             exact = size <= _tokenizer_module.EXACT_COUNT_LIMIT
             tokens = record.tokens
             if tokens is None:  # the materializer counts tokens first; kept for robustness
-                tokenizer = tokenizer or _store_tokenizer(conn)
+                tokenizer = tokenizer or self._tokenizer(conn)
                 tokens = tokenizer.count(content) if exact else _tokenizer_module.estimate_tokens(size)
                 own_tokens = 0
             rows.append(
@@ -200,6 +200,16 @@ class ArtifactsProjection(Projection):
                  max(0, tokens - own_tokens), int(exact), _count_lines(content), _abstract(content))
             )  # fmt: skip
         self._insert(conn, rows)
+
+    def _tokenizer(self, conn: Connection) -> Tokenizer:
+        """The store's tokenizer (recorded once, when the file was made), read once per connection:
+        a turn that returns a tool output does not read it again."""
+        kept: tuple[Connection, Tokenizer] | None = self.__dict__.get("_kept_tokenizer")
+        if kept is not None and kept[0] is conn:
+            return kept[1]
+        tokenizer = _store_tokenizer(conn)
+        self.__dict__["_kept_tokenizer"] = (conn, tokenizer)
+        return tokenizer
 
     @staticmethod
     def _insert(conn: Connection, rows: list[tuple[object, ...]]) -> None:
@@ -226,12 +236,18 @@ def list_artifacts(
     store.require_session(session_id)
     _caught_up(store)
     with store.reading() as conn:
-        through = _through(at)
-        rows = conn.execute(  # live writes only: a rewound or removed write is not listed
-            f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? "
-            f"AND position > ? AND {live_condition('artifacts')} ORDER BY position",
-            (session_id, through, after, through, through),
-        ).fetchall()
+        return artifact_rows(conn, session_id, at, after=after)
+
+
+def artifact_rows(conn: Connection, session_id: str, at: int | None, *, after: int = 0) -> list[ArtifactInfo]:
+    """What :func:`list_artifacts` lists, read in the caller's snapshot, which knows the session
+    has events and the projections are caught up (a context build's: no check, no catch-up)."""
+    through = _through(at)
+    rows = conn.execute(  # live writes only: a rewound or removed write is not listed
+        f"SELECT {_INFO_COLUMNS} FROM artifacts WHERE session_id = ? AND position <= ? "
+        f"AND position > ? AND {live_condition('artifacts')} ORDER BY position",
+        (session_id, through, after, through, through),
+    ).fetchall()
     return [_info(row) for row in rows]
 
 
@@ -561,6 +577,7 @@ __all__ = [
     "ArtifactsProjection",
     "InvalidArgumentError",
     "artifact_index",
+    "artifact_rows",
     "list_artifacts",
     "read_artifact",
 ]

@@ -57,12 +57,19 @@ def build_context(
     if at is None and not policy.calibrate:
         # A warm build: one snapshot for the freshness check and the build's reads (on SQLite, one
         # statement says the projections are current and where the session's head is; none
-        # while the database has not changed since the last build of the session).
-        with store.reading() as conn:
-            current, fresh = _current_head(store, conn, session_id, policy)
-            if current is not None and current[1] > 0:
-                built = _build(store, session_id, policy, *current, model, conn, fresh)
-        if current is not None and current[1] > 0:
+        # while the database has not changed since the last build of the session). When this
+        # process's own appends wait for the catch-up (a turn), the check could only say so: the
+        # catch-up runs first, and the check after it, in the build's snapshot, says where the
+        # head is (no reads of the session's head, the log's head and its version there).
+        caught_up = False
+        if materializer(store).owed():
+            materializer(store).catch_up()
+            caught_up = True
+        built = _warm(store, session_id, policy, model)
+        if built is None and not caught_up:
+            materializer(store).catch_up()
+            built = _warm(store, session_id, policy, model)
+        if built is not None:
             if record:
                 store.append(session_id, [built.to_event(run_id=run_id, model=model)])
             return built
@@ -87,6 +94,16 @@ def build_context(
     if record:
         store.append(session_id, [built.to_event(run_id=run_id, model=model)])
     return built
+
+
+def _warm(store: Store, session_id: str, policy: ContextPolicy, model: str | None) -> BuiltContext | None:
+    """The build in one snapshot with the check that the projections are current (None: they
+    are not, or the session has no events: the general path then says why, or catches up)."""
+    with store.reading() as conn:
+        current, fresh = _current_head(store, conn, session_id, policy)
+        if current is None or current[1] <= 0:
+            return None
+        return _build(store, session_id, policy, *current, model, conn, fresh)
 
 
 _FRESH = "_turnlog_context_fresh"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from turnlog.projections.artifact_index import INDEX_MAX_CHARS, cap_entries, index_entries, is_own_output
-from turnlog.projections.artifacts import ArtifactInfo, list_artifacts
+from turnlog.projections.artifacts import ArtifactInfo, artifact_rows, list_artifacts
 from turnlog.projections.context_reader import ARTIFACT_WATERMARK, ContextReader
 from turnlog.projections.context_types import PER_MESSAGE, ContextMessage, Mode
 from turnlog.projections.store_cache import StoreCache
@@ -217,7 +217,10 @@ def _listing(reader: ContextReader, key: _Key) -> _Listing:
         listing = _LISTINGS.put(reader.store, place, _Listing(0, {}, []))
     if listing.position == position:
         return listing
-    for info in list_artifacts(reader.store, reader.sid, reader.at, after=listing.position):
+    # In the build's snapshot: the session has events, and the artifacts' rows are caught up.
+    with reader.reading() as conn:
+        infos = artifact_rows(conn, reader.sid, reader.at, after=listing.position)
+    for info in infos:
         if is_own_output(info):
             continue
         if info.name not in listing.entries:

@@ -81,6 +81,11 @@ _PAYLOADS = (
     "WHERE c.session_id = ? AND c.version IN "
 )
 """The payloads of rows read without them (their items not remembered), by version."""
+_WHOLE = (
+    f"SELECT {PAYLOAD_COLUMNS} FROM ctx_messages c {PAYLOAD_JOIN.format(table='c', wanted='c.whole = 0')} "
+    "WHERE c.session_id = ? AND c.version = ?"
+)
+"""A row's payload with its content blob, for a text not read with the row (one to cap)."""
 
 ITEMS: StoreCache[tuple[str, bool], Item] = StoreCache(2048)
 """Per store, the items decoded from events' payloads, by event id (and whether the text is read
@@ -334,6 +339,14 @@ class ContextReader:
     def _content(self, row: Row) -> str:
         """The row's whole text: read with the row, or from its event when it was not."""
         content = self._item(row).content
+        if content is None and row.version not in self.events:
+            # In the build's snapshot, without the store's record read (its token catch-up check and
+            # the validation of the whole event): the payload and its blob, decoded as with a row.
+            with self.reading() as conn:
+                found = conn.execute(_WHOLE, (self.sid, row.version)).fetchone()
+            fields = None if found is None else payload_fields(*found)
+            if fields is not None and isinstance(fields.get("content"), str):
+                return str(fields["content"])
         if content is None:
             self._load([row.version])
             event = self.events[row.version].event

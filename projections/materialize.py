@@ -291,6 +291,11 @@ class Materializer:
             else:
                 self._deferred = list(records) if len(records) <= DEFERRED else []
 
+    def owed(self) -> bool:
+        """Whether this process's appends left work for the next catch-up (see :meth:`defer`): then
+        a read knows, without a statement, that the projections are behind."""
+        return self._owed
+
     def _take_deferred(self) -> list[RecordedEvent]:
         with self._memo_lock:
             kept, self._deferred, self._owed = self._deferred, [], False

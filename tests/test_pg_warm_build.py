@@ -196,16 +196,17 @@ def test_a_warm_build_reads_the_payloads_of_new_messages_alone(
     store = _open(pg_schema)
     try:
         store.append("s", _chat(400))
-        turnlog.build_context(store, "s", POLICY)  # the projections applied
         counts = _payload_rows(monkeypatch)
-        turnlog.build_context(store, "s", POLICY)
+        # A build after this process's appends catches up, then builds warm (one statement each).
+        turnlog.build_context(store, "s", POLICY)  # the projections applied
         turnlog.build_context(store, "s", POLICY)
         store.append("s", _chat(3)[1:])
         turnlog.build_context(store, "s", POLICY)  # the new messages applied
         built = turnlog.build_context(store, "s", POLICY)
         monkeypatch.undo()
         assert built.rendered == _long_way(store, "s", POLICY).rendered
-        first, again, grown = counts[0], counts[1], counts[-1]
+        assert len(counts) == 4, counts
+        first, again, grown = counts[0], counts[1], counts[2]
         assert first > 40  # every row of the tail, the first time
         # Then only the rows no build has shown (the retained system message, not in the tail's
         # range; the rows read below what the budget took) and, after the append, the 3 new ones.

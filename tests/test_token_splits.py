@@ -72,6 +72,15 @@ def test_lines_that_split_count_line_by_line(lines: list[str]) -> None:
         assert exact("\n".join(lines)) == sum(exact(line + "\n") for line in lines[:-1]) + exact(lines[-1])
 
 
+@settings(max_examples=2000, deadline=None)
+@given(lines=st.lists(st.text(alphabet=" \t\n\r/a9é\x1c\x85\xa0\u3000-", max_size=6), max_size=6))
+def test_splits_lines_tests_each_line_as_the_joined_search(lines: list[str]) -> None:
+    """The test of each line's ends says what one search of the joined text said (the rule it was)."""
+    from turnlog.store.tokenizer import _BAD_LINE
+
+    assert load_tokenizer().splits_lines(lines) == (_BAD_LINE.search("\n".join(lines)) is None)
+
+
 def test_splits_are_found_where_the_callers_need_them() -> None:
     """The joins the index and the caps make do split (else the shortcut would never be taken)."""
     tok = load_tokenizer()

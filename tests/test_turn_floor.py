@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turnlog
-from tests.helpers.turns import tool_turn, words_text
+from tests.helpers.turns import tool_turn, traced_build, words_text
 from turnlog import ContextPolicy, build_context
 from turnlog.projections.artifact_index import cap_entries, chars_omitted, within_chars
 from turnlog.store import MessageAppended, Store
@@ -115,3 +115,27 @@ def test_a_cut_from_a_guess_or_a_prefix_is_the_bisections(
         prefix += 1
     got = cap_entries("header", entries[:prefix], fits, omitted, total=len(entries), guess=guess)
     assert got == expected
+
+
+def test_a_turn_reads_what_it_knows_once(stores: dict[int, Store]) -> None:
+    """After this process's own turn, the build catches up first and checks the projections once,
+    in its own snapshot: no read of the session's or the log's head around the catch-up, no second
+    token catch-up check, no validated record read for the output it caps, no read of the store's
+    tokenizer for the artifact row."""
+    store = stores[400]
+    store.append("s", tool_turn(random.Random(4), "probe4", path="src/new.py", output_words=3000),
+                 expected_version=store.head_version("s"))  # fmt: skip
+    statements, _ = traced_build(store, "s", POLICY)  # type: ignore[arg-type]
+    assert sum(s == "PRAGMA data_version" for s in statements) == 1, statements
+    for read in (
+        "SELECT max(version) FROM events",
+        "SELECT max(position) FROM events",
+        "SELECT version FROM events",
+        "SELECT value FROM turnlog_meta WHERE key = 'tokenizer'",
+        "SELECT e.position, e.session_id",  # a whole record (store.rows.EVENT_SELECT)
+        "SELECT (SELECT coalesce((SELECT CAST(value AS INTEGER) FROM turnlog_meta",  # count_pending
+    ):
+        assert not any(s.startswith(read) for s in statements), (read, statements)
+    # The turn's output was capped from its text, and the artifact it wrote is listed.
+    assert any("SELECT e.type" in s and "c.whole = 0" in s for s in statements)
+    assert any(s.startswith("SELECT session_id, position, version, event_id") for s in statements)
