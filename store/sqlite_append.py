@@ -297,13 +297,16 @@ class AppendingStore(BatchAppender, ReadingStore):
         insert meets a stored position or session version (the heads were stale)."""
         head, prev_hash, position, order = heads
         check_expected_head(session_id, expected_version, head)
-        lookup = _Lookup(conn, self._lineages)
-        new_session = head == 0
-        if new_session:
-            # A fork's own events continue its parent's versions and chain: the shared prefix keeps
-            # the numbers it has in the parent, and nothing is copied.
-            head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
-        check_semantics(lookup, session_id, head, prepared, new_session=new_session)
+        # One message or tool return (a blob's, or a session's first) needs no lookup: no rule of
+        # check_semantics applies to it, and it is no fork (only a session_started starts one).
+        if len(prepared) != 1 or prepared[0].event.__class__ not in FREE_OF_RULES:
+            lookup = _Lookup(conn, self._lineages)
+            new_session = head == 0
+            if new_session:
+                # A fork's own events continue its parent's versions and chain: the shared prefix
+                # keeps the numbers it has in the parent, and nothing is copied.
+                head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
+            check_semantics(lookup, session_id, head, prepared, new_session=new_session)
         if len(prepared) == 1 and times is None:
             # A durable append's usual batch: one row, through execute (executemany's iteration
             # costs more than the row itself) and chain.link_one (no batch structures).

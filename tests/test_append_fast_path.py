@@ -274,8 +274,9 @@ def test_a_message_or_tool_return_meets_no_rule_of_check_semantics(
 
 
 def test_a_kept_heads_message_append_asks_no_lookup_and_no_rule(tmp_path: Path) -> None:
-    """The one-event append of a message or tool return on kept heads makes neither the lookup nor
-    check_semantics' call (the code before it made both for every append); other events still do."""
+    """The one-event append of a message or tool return (on kept heads or read ones, with a blob or
+    without) makes neither the lookup nor check_semantics' call (the code before it made both for
+    every append); other events still do."""
     calls: list[str] = []
     real_check = sqlite_append.check_semantics
 
@@ -298,12 +299,14 @@ def test_a_kept_heads_message_append_asks_no_lookup_and_no_rule(tmp_path: Path) 
         calls.clear()
         store.append("s", [_msg("second")], expected_version=1)
         store.append("s", [ToolReturned(tool_call_id="c", content="small")], expected_version=2)
+        store.append("s", [ToolReturned(tool_call_id="c", content="w" * 4000)], expected_version=3)  # a blob
+        store.append("new", [_msg("a new session's first")])
         assert calls == []
-        store.append("s", [SessionRewound(to_version=1)], expected_version=3)
+        store.append("s", [SessionRewound(to_version=1)], expected_version=4)
         assert calls == ["lookup", "check_semantics"]
         with pytest.raises(VersionConflictError):  # refused on kept heads, then on read ones
             store.append("s", [_msg("stale")], expected_version=2)
-        assert [r.version for r in store.read_session("s")] == [1, 2, 3, 4]
+        assert [r.version for r in store.read_session("s")] == [1, 2, 3, 4, 5]
         assert store.verify().ok
 
 
