@@ -184,14 +184,14 @@ class AppendingStore(BatchAppender, ReadingStore):
                 except sqlite3.Error as exc:
                     raise translated(exc, self.path) from exc
             self._heads_seen, self._heads_pending = self._heads_pending, None
-            # bound_wal(written)'s count, kept here: most commits only add to it.
-            written = len(item.payload) + (item.blob[1] if item.blob else 0)
-            commits, size = self._wal_unseen
-            commits, size = commits + 1, size + written
-            if commits < WAL_CHECK_EVERY and size * 8 < self.wal_size_limit and not self._wal_over:
-                self._wal_unseen = (commits, size)
-            else:
-                self.bound_wal(written)
+            if self._wal_file is not None:  # bound_wal(written)'s count, kept here: most commits add to it
+                written = len(item.payload) + (item.blob[1] if item.blob else 0)
+                commits, size = self._wal_unseen
+                commits, size = commits + 1, size + written
+                if commits < WAL_CHECK_EVERY and size * 8 < self.wal_size_limit and not self._wal_over:
+                    self._wal_unseen = (commits, size)
+                else:
+                    self.bound_wal(written)
         return records
 
     def _append_free(

@@ -360,3 +360,12 @@ def test_one_event_appends_refuse_and_store_as_the_general_path_does(
             ).fetchall()
             outcomes.append((seen, rows))
     assert outcomes[0] == outcomes[1]
+
+
+def test_a_store_without_a_wal_file_never_looks_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    looks: list[Any] = []
+    with SQLiteStore.open(":memory:") as store:
+        monkeypatch.setattr(store, "bound_wal", looks.append)
+        for i in range(sqlite_connection.WAL_CHECK_EVERY * 2):
+            store.append("s", [_msg(f"m{i}")])
+        assert looks == [] and store.head_version("s") == sqlite_connection.WAL_CHECK_EVERY * 2
