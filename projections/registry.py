@@ -62,10 +62,10 @@ def keep_caught_up(store: Store) -> None:
         return
     ref = weakref.ref(store)  # the hook lives on the store: no cycle keeping it alive
 
-    def defer(records: Sequence[RecordedEvent]) -> None:
+    def defer(records: Sequence[RecordedEvent]) -> None:  # after every append: kept short
         kept = ref()
         if kept is not None:
-            materializer(kept).defer(records)
+            (vars(kept).get(_ATTRIBUTE) or materializer(kept)).defer(records)
 
     store.on_append(defer)
 

@@ -58,6 +58,11 @@ MAX_BATCH = 100_000
 _COMPRESS_FROM = 32 * 1024  # smaller blobs stay raw: compressing cost more CPU than the bytes were worth
 _COMPRESS_LEVEL = 1
 
+FREE_OF_RULES: frozenset[type[Any]] = frozenset((MessageAppended, ToolReturned))
+"""Event classes no rule of :func:`check_semantics` applies to (the rules concern the events that
+refer to others, and session_started): a batch of one of them, in a session that has events, needs no
+check and no lookup."""
+
 # Fields left out of the stored payload (never mutated: pydantic only reads them).
 _ENVELOPE: set[str] = {"type", "schema_version", "event_id"}
 _ENVELOPE_AND_CONTENT: set[str] = _ENVELOPE | {"content"}
@@ -341,6 +346,8 @@ def check_semantics(
 ) -> None:
     """The batch makes sense after the session's ``head`` version (events refer to events of the
     session, stored before them or earlier in the batch)."""
+    if len(prepared) == 1 and prepared[0].event.__class__ in FREE_OF_RULES:
+        return  # a message or a tool return refers to nothing (the usual durable append)
     batch_messages: set[str] = set()
     batch_removable: set[str] = set()
     for offset, item in enumerate(prepared, 1):

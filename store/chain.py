@@ -297,16 +297,16 @@ def _type_part(event: Event | Any) -> str:
 
 
 _second: tuple[int, str] = (0, "")
+_DETERMINISTIC = determinism.active()  # fixed when turnlog is imported (store.determinism)
 
 
 def now() -> str:
     """The time now as ``datetime.now(UTC).isoformat(timespec="microseconds")`` writes it, with the
     date-and-seconds part formatted once a second (this runs once per append)."""
     global _second
-    if determinism.active():
+    if _DETERMINISTIC:
         return determinism.now()
-    micros = time.time_ns() // 1000
-    seconds, fraction = divmod(micros, 1_000_000)
+    seconds, fraction = divmod(time.time_ns() // 1000, 1_000_000)
     second, text = _second
     if seconds != second:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
@@ -322,22 +322,31 @@ def link_one(
     ``position`` (whose order hash is ``order``): :func:`link_batch`'s row and record for a batch of
     one, made without its batch structures (a durable append's usual batch is one event, and its
     Python path is most of what it costs above the database's own insert). The material is the same
-    (tests/test_append_fast_path.py checks the rows are identical)."""
+    (tests/test_append_fast_path.py checks the rows are identical); each field is read once, and
+    the store's own time form (what :func:`now` writes) is made canonical without a call."""
     keyed_inner, keyed_outer = _keyed(salt)
     event = item.event
-    payload, event_id, v = item.payload, event.event_id, str(head + 1)
+    payload, event_id, etype, schema_version = item.payload, event.event_id, event.type, event.schema_version
+    version = head + 1
+    v = str(version)
     inner = keyed_inner.copy()
     inner.update(payload.encode("utf-8", "surrogateescape"))
     outer = keyed_outer.copy()
     outer.update(inner.digest())
     digest = outer.hexdigest()
-    type_part = _TYPE_PARTS.get((event.type, event.schema_version)) or _type_part(event)
-    blob_id = item.blob[0] if item.blob else None
-    blob = blob_id or ""
-    time_part = _part(canonical_time(recorded_at))
+    type_part = _TYPE_PARTS.get((etype, schema_version)) or _type_part(event)
+    blob_row = item.blob
+    if blob_row is None:
+        blob_id, blob = None, ""
+    else:
+        blob_id = blob = blob_row[0]
+    if len(recorded_at) == 32 and recorded_at.endswith("+00:00"):
+        at = recorded_at[:26] + "Z"  # canonical_time's first case, without the call
+    else:
+        at = canonical_time(recorded_at)
     event_digest = hashlib.sha256(
         f"turnlog-event-v2;{len(session_id)}:{session_id};{len(v)}:{v};{len(prev_hash)}:{prev_hash};"
-        f"{len(event_id)}:{event_id};{type_part}64:{digest};{len(blob)}:{blob};{time_part}".encode(
+        f"{len(event_id)}:{event_id};{type_part}64:{digest};{len(blob)}:{blob};{len(at)}:{at};".encode(
             "utf-8", "surrogateescape"
         )
     ).hexdigest()
@@ -346,10 +355,9 @@ def link_one(
     placed = hashlib.sha256(
         f"turnlog-order-v2;64:{order};{len(p)}:{p};64:{event_digest};".encode()
     ).hexdigest()
+    tokens = item.tokens
     row: EventRow = (
-        pos, session_id, head + 1, event_id, event.type, event.schema_version, payload, blob_id,
-        item.tokens, recorded_at, prev_hash, event_digest, digest, placed,
+        pos, session_id, version, event_id, etype, schema_version, payload, blob_id,
+        tokens, recorded_at, prev_hash, event_digest, digest, placed,
     )  # fmt: skip
-    return row, make_record(
-        pos, session_id, head + 1, event, item.tokens, recorded_at, prev_hash, event_digest
-    )
+    return row, make_record(pos, session_id, version, event, tokens, recorded_at, prev_hash, event_digest)

@@ -27,10 +27,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 
 
+_DETERMINISTIC = determinism.active()  # fixed when turnlog is imported (store.determinism)
+
+
 def new_event_id() -> str:
     """A fresh random event id: a version 4 UUID in hex, like ``uuid.uuid4().hex``. Keep the event
     object (or its id) to retry an append idempotently."""
-    if determinism.active():
+    if _DETERMINISTIC:
         return determinism.event_id()
     return f"{_ids.getrandbits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
 

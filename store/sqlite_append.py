@@ -4,12 +4,12 @@ transaction; a retried batch returns what was stored."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from turnlog.store.append_rules import (
+    FREE_OF_RULES,
     INLINE_LIMIT,
     MAX_BATCH,
     MAX_CONTENT_BYTES,
@@ -31,7 +31,7 @@ from turnlog.store.chain import GENESIS_HASH, INSERT_COLUMNS, EventRow, Heads, l
 from turnlog.store.errors import InvalidEventError, StoreError, UnknownEventError, VersionConflictError
 from turnlog.store.events import Event
 from turnlog.store.rows import gc_paused
-from turnlog.store.sqlite_connection import translated
+from turnlog.store.sqlite_connection import WAL_CHECK_EVERY, translated
 from turnlog.store.sqlite_reading import ReadingStore, head_version_of, lineage_of
 
 __all__ = ["INLINE_LIMIT", "MAX_BATCH", "MAX_CONTENT_BYTES", "AppendingStore"]
@@ -49,6 +49,15 @@ _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (id, size, codec, data) VALUES (?, ?
 _Seen = tuple[str, int, str, int, str]
 """The heads an append left: its session, the session's version and hash, the store's position and
 order hash."""
+
+
+def _raising(refused: BaseException) -> Callable[[], list[RecordedEvent]]:
+    """An append attempt that was refused: raises what it raised (for append_or_stored)."""
+
+    def attempt() -> list[RecordedEvent]:
+        raise refused
+
+    return attempt
 
 
 class _Moved(Exception):
@@ -126,19 +135,20 @@ class AppendingStore(BatchAppender, ReadingStore):
         ):
             check_arguments(session_id, 1, expected_version, None, bounded)
             self._session_checked = session_id
-        prepared = [self._prepare(events[0], 1)]
-        records, fresh = append_or_stored(
-            lambda: self._append_one(session_id, prepared, expected_version),
-            lambda: self._stored_batch(session_id, prepared),
-            self.path,
-        )
-        if fresh:
-            self._appended(records)
+        # No within_append hook on this path: the counts are made first only when counting inline.
+        count = self.count_event_tokens if self.token_counting == "inline" else None
+        item = prepare_event(events[0], 1, self.tokenizer, count)
+        try:
+            records = self._append_one(session_id, item, expected_version)
+        except (StoredEventId, VersionConflictError, InvalidEventError, UnknownEventError) as refused:
+            # What append_or_stored does with a refused attempt: a retry returns what was stored.
+            return append_or_stored(
+                _raising(refused), lambda: self._stored_batch(session_id, [item]), self.path
+            )[0]
+        self._appended(records)
         return records
 
-    def _append_one(
-        self, session_id: str, prepared: list[Prepared], expected_version: Expected
-    ) -> list[RecordedEvent]:
+    def _append_one(self, session_id: str, item: Prepared, expected_version: Expected) -> list[RecordedEvent]:
         """:meth:`_append_batch` for one event and no within_append hook. With the heads this
         connection's last append kept and no blob to write, the INSERT is the whole transaction
         (SQLite's autocommit: the statement's own BEGIN and COMMIT, durable like any commit, as the
@@ -148,11 +158,15 @@ class AppendingStore(BatchAppender, ReadingStore):
         with self._lock:
             conn = self.conn
             seen, self._heads_seen = self._heads_seen, None  # known again once this commit succeeds
-            item = prepared[0]
             records: list[RecordedEvent] | None = None
             if seen is not None and seen[0] == session_id and item.blob is None and not conn.in_transaction:
                 try:
-                    records = self._append_after(conn, session_id, prepared, expected_version, None, seen[1:])
+                    if item.event.__class__ in FREE_OF_RULES:
+                        records = self._append_free(conn, session_id, item, expected_version, seen)
+                    else:
+                        records = self._append_after(
+                            conn, session_id, [item], expected_version, None, seen[1:]
+                        )
                 except (VersionConflictError, InvalidEventError, UnknownEventError, _Moved):
                     seen = None  # perhaps stale: made again below, on the heads read
                 except sqlite3.Error as exc:
@@ -161,9 +175,7 @@ class AppendingStore(BatchAppender, ReadingStore):
                 try:
                     conn.execute("BEGIN IMMEDIATE")
                     try:
-                        records = self._append_locked(
-                            conn, session_id, prepared, expected_version, None, seen
-                        )
+                        records = self._append_locked(conn, session_id, [item], expected_version, None, seen)
                         conn.execute("COMMIT")
                     except BaseException:
                         if conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O)
@@ -172,8 +184,38 @@ class AppendingStore(BatchAppender, ReadingStore):
                 except sqlite3.Error as exc:
                     raise translated(exc, self.path) from exc
             self._heads_seen, self._heads_pending = self._heads_pending, None
-            self.bound_wal(len(item.payload) + (item.blob[1] if item.blob else 0))
+            if self._wal_file is not None:  # bound_wal(written)'s count, kept here: most commits add to it
+                written = len(item.payload) + (item.blob[1] if item.blob else 0)
+                commits, size = self._wal_unseen
+                commits, size = commits + 1, size + written
+                if commits < WAL_CHECK_EVERY and size * 8 < self.wal_size_limit and not self._wal_over:
+                    self._wal_unseen = (commits, size)
+                else:
+                    self.bound_wal(written)
         return records
+
+    def _append_free(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        item: Prepared,
+        expected_version: Expected,
+        seen: _Seen,
+    ) -> list[RecordedEvent]:
+        """:meth:`_append_after` on the kept heads, for an event no rule of check_semantics
+        refers to (a message or a tool return: see append_rules.FREE_OF_RULES) and whose session
+        has events (the kept heads are an append's): nothing to look up, so no lookup is made."""
+        _, head, prev_hash, position, order = seen
+        if expected_version is not ANY and expected_version != head:
+            raise VersionConflictError(session_id, expected_version, head)  # NO_SESSION too: head > 0
+        row, record = link_one(
+            session_id, item, head, prev_hash, position, order, salt=self.salt, recorded_at=now()
+        )
+        self._insert(conn, _INSERT, row)
+        placed = row[13]
+        assert placed is not None  # placed in the order: its position was given
+        self._heads_pending = (session_id, head + 1, record.hash, record.position, placed)
+        return [record]
 
     def _counts_inline(self) -> bool:
         # A hook inside the append's transaction needs the counts: made before the write lock is
@@ -201,8 +243,11 @@ class AppendingStore(BatchAppender, ReadingStore):
 
     def _appended(self, records: list[RecordedEvent]) -> None:
         for hook in self._after_append:
-            with contextlib.suppress(StoreError):  # derived state only: see on_append
+            # try/except, not contextlib.suppress: no context manager made for every durable append
+            try:  # noqa: SIM105
                 hook(records)
+            except StoreError:  # derived state only: see on_append
+                pass
 
     def _prepare(self, event: Any, index: int) -> Prepared:
         count = self.count_event_tokens if self._counts_inline() else None
@@ -252,13 +297,16 @@ class AppendingStore(BatchAppender, ReadingStore):
         insert meets a stored position or session version (the heads were stale)."""
         head, prev_hash, position, order = heads
         check_expected_head(session_id, expected_version, head)
-        lookup = _Lookup(conn, self._lineages)
-        new_session = head == 0
-        if new_session:
-            # A fork's own events continue its parent's versions and chain: the shared prefix keeps
-            # the numbers it has in the parent, and nothing is copied.
-            head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
-        check_semantics(lookup, session_id, head, prepared, new_session=new_session)
+        # One message or tool return (a blob's, or a session's first) needs no lookup: no rule of
+        # check_semantics applies to it, and it is no fork (only a session_started starts one).
+        if len(prepared) != 1 or prepared[0].event.__class__ not in FREE_OF_RULES:
+            lookup = _Lookup(conn, self._lineages)
+            new_session = head == 0
+            if new_session:
+                # A fork's own events continue its parent's versions and chain: the shared prefix
+                # keeps the numbers it has in the parent, and nothing is copied.
+                head, prev_hash = fork_link(lookup, session_id, prepared[0].event)
+            check_semantics(lookup, session_id, head, prepared, new_session=new_session)
         if len(prepared) == 1 and times is None:
             # A durable append's usual batch: one row, through execute (executemany's iteration
             # costs more than the row itself) and chain.link_one (no batch structures).

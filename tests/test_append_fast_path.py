@@ -26,7 +26,13 @@ from turnlog.store import (
     sqlite_append,
     sqlite_connection,
 )
-from turnlog.store.append_rules import _prepare_checked, prepare_event
+from turnlog.store.append_rules import (
+    FREE_OF_RULES,
+    Prepared,
+    _prepare_checked,
+    check_semantics,
+    prepare_event,
+)
 from turnlog.store.chain import GENESIS_HASH, Heads, link_batch, link_one
 from turnlog.store.events_loop import SessionRewound
 from turnlog.store.tokenizer import lazy_tokenizer
@@ -236,3 +242,130 @@ def test_an_inline_tool_return_is_prepared_as_the_general_path_does(
         general.blob,
         general.tokens,
     )
+
+
+class _NoLookup:
+    """An EventLookup that must not be asked anything."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the lookup was asked {name}")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    text=st.text(max_size=200),
+    tool=st.booleans(),
+    head=st.integers(0, 10**6),
+    new_session=st.booleans(),
+)
+def test_a_message_or_tool_return_meets_no_rule_of_check_semantics(
+    text: str, tool: bool, head: int, new_session: bool
+) -> None:
+    """append_rules.FREE_OF_RULES: check_semantics' short circuit for a batch of one message or tool
+    return agrees with its general loop (which, for these events, neither refuses nor looks up)."""
+    event = ToolReturned(tool_call_id="c", content=text) if tool else _msg(text)
+    assert event.__class__ in FREE_OF_RULES
+    item = Prepared(event, "{}", None, None)
+    check_semantics(_NoLookup(), "s", head, [item], new_session=new_session)
+    # The general loop, reached through a batch of two (the short circuit takes batches of one).
+    check_semantics(
+        _NoLookup(), "s", head, [item, Prepared(_msg("x"), "{}", None, None)], new_session=new_session
+    )
+
+
+def test_a_kept_heads_message_append_asks_no_lookup_and_no_rule(tmp_path: Path) -> None:
+    """The one-event append of a message or tool return (on kept heads or read ones, with a blob or
+    without) makes neither the lookup nor check_semantics' call (the code before it made both for
+    every append); other events still do."""
+    calls: list[str] = []
+    real_check = sqlite_append.check_semantics
+
+    def counting_check(*args: Any, **kwargs: Any) -> None:
+        calls.append("check_semantics")
+        real_check(*args, **kwargs)
+
+    real_lookup = sqlite_append._Lookup
+
+    def counting_lookup(*args: Any) -> Any:
+        calls.append("lookup")
+        return real_lookup(*args)
+
+    with (
+        SQLiteStore.open(tmp_path / "t.db") as store,
+        patch.object(sqlite_append, "check_semantics", counting_check),
+        patch.object(sqlite_append, "_Lookup", counting_lookup),
+    ):
+        store.append("s", [_msg("first")])  # no kept heads yet: the general way
+        calls.clear()
+        store.append("s", [_msg("second")], expected_version=1)
+        store.append("s", [ToolReturned(tool_call_id="c", content="small")], expected_version=2)
+        store.append("s", [ToolReturned(tool_call_id="c", content="w" * 4000)], expected_version=3)  # a blob
+        store.append("new", [_msg("a new session's first")])
+        assert calls == []
+        store.append("s", [SessionRewound(to_version=1)], expected_version=4)
+        assert calls == ["lookup", "check_semantics"]
+        with pytest.raises(VersionConflictError):  # refused on kept heads, then on read ones
+            store.append("s", [_msg("stale")], expected_version=2)
+        assert [r.version for r in store.read_session("s")] == [1, 2, 3, 4, 5]
+        assert store.verify().ok
+
+
+def _one(kind: str, i: int) -> Any:
+    eid = f"e{i}"
+    if kind == "msg":
+        return MessageAppended(role="user", content=f"m{i}", event_id=eid)
+    if kind == "tool":
+        return ToolReturned(tool_call_id="c", content=f"t{i}", event_id=eid)
+    if kind == "blob":
+        return ToolReturned(tool_call_id="c", content=f"b{i}" * 800, event_id=eid)
+    return SessionRewound(to_version=0, event_id=eid)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["msg", "tool", "blob", "rewind"]), st.sampled_from(["any", "right", "wrong"])
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_one_event_appends_refuse_and_store_as_the_general_path_does(
+    tmp_path_factory: Any, steps: list[tuple[str, str]]
+) -> None:
+    """The same one-event appends, with right, wrong or no expected versions, through the short path
+    and through the general one (a within_append hook turns the short path off): the same refusals,
+    the same rows."""
+    folder = tmp_path_factory.mktemp("refusals")
+    outcomes = []
+    for name, short in (("short", True), ("general", False)):
+        seen: list[Any] = []
+        with SQLiteStore.open(folder / f"{name}.db") as store, patch.object(sqlite_append, "now", _at):
+            store.adopt_salt(b"salt" * 8)
+            if not short:
+                store.within_append(lambda conn, records: None)
+            for i, (kind, expect) in enumerate(steps):
+                event = _one(kind, i)
+                head = store.head_version("s")
+                expected: Any = {"any": turnlog.ANY, "right": head, "wrong": head + 1}[expect]
+                try:
+                    seen.append([r.version for r in store.append("s", [event], expected_version=expected)])
+                except (VersionConflictError, InvalidEventError) as exc:
+                    seen.append(type(exc).__name__)
+            assert store.verify().ok
+            rows = store.conn.execute(
+                "SELECT position, session_id, version, event_id, type, payload, blob_id, recorded_at, "
+                "prev_hash, hash, payload_digest, order_hash FROM events ORDER BY position"
+            ).fetchall()
+            outcomes.append((seen, rows))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_store_without_a_wal_file_never_looks_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    looks: list[Any] = []
+    with SQLiteStore.open(":memory:") as store:
+        monkeypatch.setattr(store, "bound_wal", looks.append)
+        for i in range(sqlite_connection.WAL_CHECK_EVERY * 2):
+            store.append("s", [_msg(f"m{i}")])
+        assert looks == [] and store.head_version("s") == sqlite_connection.WAL_CHECK_EVERY * 2
