@@ -46,7 +46,8 @@ def test_replayed_appends_leave_the_thread_the_graph_left(saver_append: Any, pg_
 
     calls = saver_append.record(3)
     # A turn: the input's checkpoint, the node's writes, its checkpoint, and so on; nothing but appends.
-    assert {name for name, _ in calls} == {"put", "put_writes"} and len(calls) == 15
+    # A turn: a read, the input's checkpoint, the node's writes, its checkpoint, and so on.
+    assert {name for name, _ in calls} == {"get_tuple", "put", "put_writes"} and len(calls) == 18
     # A message passed again is the same object in the later call, as LangGraph passes it.
     lists = [args[1]["channel_values"].get("messages", []) for name, args in calls if name == "put"]
     assert lists[-1][-2] is lists[-2][-1]
@@ -85,6 +86,29 @@ def test_rates_are_medians_of_alternating_rounds_on_fresh_threads(saver_append: 
             yield memory, ours
 
     result = saver_append.saver_appends(2, 3, savers)
-    assert result["calls_per_turn"] == 5
+    assert result["calls_per_turn"] == 6
     assert result["postgres_saver"] > 0 and result["turnlog_saver"] > 0
     assert len(memory.storage) == 4  # a warm round and three measured, each on a thread of its own
+
+
+def test_the_writes_after_a_read_carry_the_replaying_savers_own_messages(saver_append: Any) -> None:
+    """As in a graph, a turn's checkpoints are made of what the saver itself read at the turn's start
+    (TurnlogSaver knows those objects, and stores only the messages a checkpoint adds)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reads: list[list[Any]] = []
+    puts: list[list[Any]] = []
+
+    class Spy(InMemorySaver):
+        def get_tuple(self, config: Any) -> Any:
+            found = super().get_tuple(config)
+            reads.append(saver_append._messages(found))
+            return found
+
+        def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+            puts.append(list(checkpoint["channel_values"].get("messages", [])))
+            return super().put(config, checkpoint, metadata, new_versions)
+
+    saver_append.replay(Spy(), saver_append._on_thread(saver_append.record(3), "spied"))
+    assert [len(read) for read in reads] == [0, 2, 4] and len(puts) == 9
+    assert all(mine is read for mine, read in zip(puts[6], reads[2], strict=True))  # the third turn's input

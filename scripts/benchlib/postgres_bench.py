@@ -336,7 +336,7 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     result["saver"] = saver_turns(30 if quick else 200)
     from benchlib.saver_append import saver_appends
 
-    log("postgres: the savers' own appends, a graph's put/put_writes replayed")
+    log("postgres: the savers' own calls, a graph's get_tuple/put/put_writes replayed")
     result["saver_appends"] = saver_appends(30 if quick else 200, 3 if quick else SAVER_ROUNDS, saver_pair)
     return result
 
@@ -394,8 +394,8 @@ def render(result: dict[str, Any], command: str) -> str:
     replayed = result["saver_appends"]
     alone = replayed["turnlog_saver"] / replayed["postgres_saver"]
     lines.append(
-        f"| the savers' own appends of a turn ({replayed['calls_per_turn']:.0f} put/put_writes, replayed "
-        f"one after another; turns/s) | {replayed['turnlog_saver']:,.0f} | "
+        f"| the savers' own calls of a turn ({replayed['calls_per_turn']:.0f}: a read, then put/put_writes; "
+        f"replayed one after another; turns/s) | {replayed['turnlog_saver']:,.0f} | "
         f"{replayed['postgres_saver']:,.0f} (PostgresSaver) | {alone:.2f}× | |"
     )
     lines += [
@@ -432,15 +432,14 @@ def render(result: dict[str, Any], command: str) -> str:
         "remembered), answers in binary and leaves the sort to the client; the rest is the "
         "builder's Python.",
         "",
-        "The savers' own appends: a graph's `put` and `put_writes` calls, recorded once and replayed "
-        "into each saver one after another with nothing between them (scripts/benchlib/saver_append.py), "
-        "so each call is a commit of its own on both sides; this row has no target and shows the "
-        "saver without LangGraph's engine (and against TurnlogSaver: each turn's first checkpoint "
-        "carries messages it has not read itself, so it stores that list whole where in a graph it "
-        "stores only the new ones). In a graph turn, LangGraph hands a step's writes to the "
-        "saver from its executor's threads while the step's checkpoint is still being committed, and "
-        "TurnlogSaver appends a turn's writes together with the checkpoint that follows them, one "
-        "commit where PostgresSaver makes two (turnlog/integrations/langgraph_queue.py): the turns "
+        "The savers' own calls: a graph's `get_tuple`, `put` and `put_writes` calls, recorded once and "
+        "replayed into each saver one after another with nothing between them "
+        "(scripts/benchlib/saver_append.py; a turn's checkpoints carry the messages the replaying saver "
+        "read itself, as in a graph), so each write is a commit of its own on both sides; this row has no "
+        "target and shows the saver without LangGraph's engine. In a graph turn, LangGraph hands a step's "
+        "writes to the saver from its executor's threads while the step's checkpoint is still being "
+        "committed, and TurnlogSaver appends a turn's writes together with the checkpoint that follows "
+        "them, one commit where PostgresSaver makes two (turnlog/integrations/langgraph_queue.py): the turns "
         "row is the one the target is read on, as users run the saver.",
     ]
     return "\n".join(lines)

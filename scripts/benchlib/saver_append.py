@@ -1,17 +1,16 @@
-"""The checkpointer's own append, apart from LangGraph's engine (issue 17's "≥ 1.2× PostgresSaver on
-append"): the ``put`` and ``put_writes`` calls a one-node graph makes over its turns are recorded
-once (in memory, by a recording InMemorySaver), then replayed, call after call on one thread, into
-LangGraph's PostgresSaver and into TurnlogSaver on the same server, in alternating rounds (a thread
-of its own each round). Both savers return from each call once it is committed (PostgresSaver on an
-autocommit connection, TurnlogSaver after its append's commit), so a round ends with everything
-durable on both sides. A graph turn (``postgres_bench.saver_turns``) adds LangGraph's engine, the
-same for both, around these calls: the figure here is the savers' part alone.
+"""The checkpointer's own work in a graph turn, apart from LangGraph's engine (beside issue 17's
+"≥ 1.2× PostgresSaver on append"): the ``get_tuple``, ``put`` and ``put_writes`` calls a one-node
+graph makes over its turns are recorded once (in memory, by a recording InMemorySaver), then replayed,
+call after call on one thread, into LangGraph's PostgresSaver and into TurnlogSaver on the same
+server, in alternating rounds (a thread of its own each round). Both savers return from each write
+once it is committed (PostgresSaver on an autocommit connection, TurnlogSaver after its append's
+commit), so a round ends with everything durable on both sides. A graph turn
+(``postgres_bench.saver_turns``) adds LangGraph's engine, the same for both, around these calls.
 
 The calls are copied with one memo, so a message passed again in a later checkpoint is the same
-object there, as LangGraph passes it (TurnlogSaver then stores only the messages a checkpoint
-adds). One difference from a graph stays, against TurnlogSaver: a turn's first checkpoint carries
-the messages the graph read back at the turn's start (from the recording saver), which TurnlogSaver
-has not seen, so it stores that list whole where, in a graph, it knows them from its own read."""
+object there, as LangGraph passes it; and the messages a turn's read returned are, in the writes
+that follow it, replaced by those the replaying saver's own read returned, as in a graph (TurnlogSaver
+then stores only the messages a checkpoint adds, as it does under LangGraph)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 Call = tuple[str, tuple[Any, ...]]
-"""A recorded call: ``"put"`` or ``"put_writes"`` and its arguments, its config reduced to what a
-saver reads of it (the thread, namespace and parent checkpoint, and the run's metadata)."""
+"""A recorded call: ``"get_tuple"``, ``"put"`` or ``"put_writes"`` and its arguments, its config
+reduced to what a saver reads of it (the thread, namespace and parent checkpoint, and the run's
+metadata); a ``get_tuple``'s are its config and the messages the read returned."""
 
 
 def _plain(config: Any) -> dict[str, Any]:
@@ -48,13 +48,18 @@ def one_node_graph() -> Any:
 
 
 def record(turns: int) -> list[Call]:
-    """The appends of ``turns`` turns of the bench's one-node graph (as saver_turns runs it)."""
+    """The saver calls of ``turns`` turns of the bench's one-node graph (as saver_turns runs it)."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     calls: list[Call] = []
     memo: dict[int, Any] = {}  # one memo for every call: an object passed again is the same copy
 
     class Recording(InMemorySaver):
+        def get_tuple(self, config: Any) -> Any:
+            found = super().get_tuple(config)
+            calls.append(("get_tuple", copy.deepcopy((_plain(config), _messages(found)), memo)))
+            return found
+
         def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             calls.append(("put", copy.deepcopy((_plain(config), checkpoint, metadata, new_versions), memo)))
             return super().put(config, checkpoint, metadata, new_versions)
@@ -82,16 +87,43 @@ def _on_thread(calls: list[Call], thread_id: str) -> list[Call]:
     return moved
 
 
+def _messages(found: Any) -> list[Any]:
+    """The messages of a ``get_tuple``'s checkpoint ([] when there is none)."""
+    if found is None:
+        return []
+    messages = (found.checkpoint.get("channel_values") or {}).get("messages")
+    return list(messages) if isinstance(messages, list) else []
+
+
+def _reading_own(args: tuple[Any, ...], own: dict[int, Any]) -> tuple[Any, ...]:
+    """A ``put``'s arguments with the messages the turn's recorded read returned replaced by those
+    the replaying saver's read returned (``own``: recorded object's id -> the saver's object)."""
+    config, checkpoint, metadata, new_versions = args
+    values = checkpoint.get("channel_values") or {}
+    messages = values.get("messages")
+    if not isinstance(messages, list):
+        return args
+    mine = [own.get(id(message), message) for message in messages]
+    return config, {**checkpoint, "channel_values": {**values, "messages": mine}}, metadata, new_versions
+
+
 def replay(saver: Any, calls: list[Call]) -> float:
     """Seconds to make ``calls`` on ``saver``, one after the other."""
     start = time.perf_counter()
+    own: dict[int, Any] = {}
     for name, args in calls:
-        getattr(saver, name)(*args)
+        if name == "get_tuple":
+            config, recorded = args
+            own = dict(zip(map(id, recorded), _messages(saver.get_tuple(config)), strict=False))
+        elif name == "put" and own:
+            saver.put(*_reading_own(args, own))
+        else:
+            getattr(saver, name)(*args)
     return time.perf_counter() - start
 
 
 def saver_appends(turns: int, rounds: int, savers: Callable[[], Any]) -> dict[str, Any]:
-    """Turns' worth of appends per second on each saver, the median of ``rounds`` alternating rounds
+    """Turns' worth of saver calls per second on each saver, the median of ``rounds`` alternating rounds
     (after a warm round each; the side that goes first alternates). ``savers()`` is a context manager
     giving (PostgresSaver, TurnlogSaver)."""
     calls = record(turns)
