@@ -12,7 +12,10 @@ one commit (one prepared statement when the heads are known: store.pg_fast). Whe
 were seen moving the order lately and the session's head is known, one call of a procedure has the
 server place the batch after the order's head it reads under the placing lock, committing without
 a flush, then wait for the flush in a transaction of its own (store.pg_sequenced): one round trip;
-a one-statement try that found the order moved is followed by that call at once. Otherwise, when
+a one-statement try that found the order moved is followed by that call at once, and the calls go
+on without tries while each finds the order moved since the writer's last append (a try would
+lose a round trip, or hold the placing lock through its flush): the first that finds it where
+the writer left it sends the next append back to the one statement. Otherwise, when
 another writer holds the placing lock, the rows are inserted unplaced and committed side by side
 with the other writers', then placed right after with every other waiting row, without holding the
 placing lock through a flush (store.pg_chain.place_durably: one flush makes the rows and their
@@ -424,9 +427,12 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         self, conn: Connection, batch: LinkedBatch, heads: Heads
     ) -> tuple[int, str, dict[str, int]]:
         """The contended append in one call, placed by the server, then flushed (store.pg_sequenced).
-        A failed check raises Stale (nothing stored)."""
+        A failed check raises Stale (nothing stored). Whether other writers had moved the order
+        since this object's last append decides whether the next one tries the one statement
+        (store.pg_fast.Tips.settled)."""
+        known = self._tips().order
         try:
-            return insert_sequenced(
+            placed = insert_sequenced(
                 conn,
                 batch,
                 (self.session_lock_space, batch.records[0].session_id, self.place_key),
@@ -435,6 +441,9 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         except BaseException as exc:
             self._tips().forget(batch.records[0].session_id)
             self._failed(conn, exc, committing=True)
+        first = placed[0] - len(batch.records) + 1
+        self._tips().settled(known is None or first != known[0] + 1)
+        return placed
 
     def _tips(self) -> Tips:
         found: Tips | None = vars(self).get("_known_tips")

@@ -220,7 +220,9 @@ class Tips:
         """One-round-trip appends that found the heads moved, one after the other."""
         self.skip = 0
         """Appends left to take the long way without trying: where other writers keep moving the
-        order, a try mostly costs a round trip, so each miss in a row doubles the wait (to 64)."""
+        order, a try mostly costs a round trip, so each miss in a row doubles the wait (to 64);
+        an append placed by the server that saw the order moved keeps it at 1 or more, one that
+        saw it still ends it (:meth:`settled`)."""
 
     def ready(self) -> bool:
         """Whether to try the next append in one round trip."""
@@ -233,6 +235,21 @@ class Tips:
         self.forget(session_id)
         self.misses = min(self.misses + 1, 6)
         self.skip = 2**self.misses
+
+    def settled(self, moved: bool) -> None:
+        """After an append the server placed (store.pg_sequenced): ``moved`` when other writers had
+        placed rows since this object's last append (the order's head it knew was not the batch's
+        predecessor, or was not known). Moved, the next append is placed by the server again,
+        without a try: a try would find the order moved (a round trip lost), or, finding the
+        placing lock free at that moment, hold it through its flush while the other writers
+        wait for it. Not moved, this writer is alone again: the next append tries the one
+        statement, whatever the misses before."""
+        if moved:
+            self.misses = max(self.misses, 1)
+            self.skip = max(self.skip, 1)
+        else:
+            self.misses = 0
+            self.skip = 0
 
     def remember(self, session_id: str, batch: LinkedBatch) -> None:
         last = batch.rows[-1]  # in INSERT_COLUMNS' order

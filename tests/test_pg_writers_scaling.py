@@ -158,3 +158,52 @@ def test_any_interleaving_with_expected_versions_gives_one_writers_log(
         for store in stores:
             store.close()
         drop_schema(schema)
+
+
+def test_beside_a_writer_that_keeps_moving_the_order_no_fast_try_is_sent(
+    two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = two
+    for i in range(3):
+        first.append("a", [_say(f"a{i}")])
+        second.append("b", [_say(f"b{i}")])
+    shapes = []
+    for i in range(40):
+        second.append("b", [_say(f"b more {i}")])
+        sent, _ = _counted(monkeypatch, first, "a", f"a more {i}")
+        shapes.append(sent)
+    # Each call saw the order moved since first's last append: no try goes first (without that
+    # signal, a try went first now and then, after 2, 4, 8, ... calls), so no round trip is lost
+    # and the placing lock is never held through a flush while the other writer waits.
+    assert shapes[1:] == [[CALL]] * 39, shapes
+    assert [r.position for r in first.iter_after(0)] == list(range(1, 87))
+    assert first.verify().ok and second.verify().ok
+
+
+def test_a_writer_left_alone_tries_the_one_statement_after_one_call(
+    two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = two
+    for i in range(3):
+        first.append("a", [_say(f"a{i}")])
+        second.append("b", [_say(f"b{i}")])
+    for i in range(8):  # misses in a row: without the signal, the next tries would wait 8 and more
+        second.append("b", [_say(f"b more {i}")])
+        first.append("a", [_say(f"a more {i}")])
+    shapes = [_counted(monkeypatch, first, "a", f"alone {i}")[0] for i in range(3)]
+    # The first call finds the order where first's last append left it: first is alone again.
+    assert shapes == [[CALL], [FAST], [FAST]], shapes
+    assert [r.position for r in first.iter_after(0)] == list(range(1, 26))
+    assert first.verify().ok
+
+
+def test_an_append_placed_by_the_server_settles_the_tries() -> None:
+    from turnlog.store.pg_fast import Tips
+
+    tips = Tips()
+    tips.missed("s")
+    for _ in range(200):  # the order keeps moving: never a try
+        assert not tips.ready()
+        tips.settled(True)
+    tips.settled(False)  # it stood still: the next append tries
+    assert tips.ready() and tips.misses == 0
