@@ -270,3 +270,21 @@ def test_a_message_stored_with_some_fields_set_reads_with_those() -> None:
     _type, data = SERDE.dumps_typed([header, [[0, list(fields.values()), ["content"]]]])
     back = loads(SERDE, "msgpack" + SUFFIX, data)
     _assert_same(back, [HumanMessage.model_construct({"content"}, **fields)])
+
+
+def test_each_read_builds_its_own_messages_as_model_construct_does() -> None:
+    """The builders are kept per class: every read still gives new messages, with containers of
+    their own, whose state is model_construct's."""
+    serde = JsonPlusSerializer()
+    items = [HumanMessage("hi", id="h1"), AIMessage("yo", id="a1", tool_calls=[], response_metadata={"k": 1})]
+    type_, data = dumps(serde, items)
+    assert type_.endswith(SUFFIX)
+    first, second = loads(serde, type_, data), loads(serde, type_, data)
+    for a, b, item in zip(first, second, items, strict=True):
+        assert a is not b and a.response_metadata is not b.response_metadata
+        assert a.model_fields_set is not b.model_fields_set
+        expected = type(item).model_construct(set(type(item).model_fields), **item.model_dump())
+        assert vars(a) == vars(expected) and a.model_fields_set == expected.model_fields_set
+        assert a.__pydantic_extra__ == {} and a.__pydantic_private__ is None
+    first[1].response_metadata["k"] = 2
+    assert second[1].response_metadata == {"k": 1}

@@ -21,6 +21,7 @@ back (or a future ``langchain_core`` whose validators do) keeps LangGraph's form
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,7 +50,6 @@ _CLASSES: dict[tuple[str, str], type[BaseMessage]] = {
 """The exact classes stored in this form (not their subclasses, whose fields and validators differ;
 not the chunks, which a graph's state rarely holds)."""
 _EXACT = frozenset(_CLASSES.values())
-_set = object.__setattr__
 
 
 def dumps(serde: SerializerProtocol, items: Sequence[Any]) -> tuple[str, bytes]:
@@ -90,14 +90,16 @@ def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
     if not type_.endswith(SUFFIX):
         return serde.loads_typed((type_, data))
     header, rows = serde.loads_typed((type_[: -len(SUFFIX)], data))
-    builders = [_builder(module, name, names) for module, name, names in header]
+    builders = [_builder(module, name, tuple(names)) for module, name, names in header]
     return [builders[index](values, fields_set) for index, values, fields_set in rows]
 
 
+@functools.lru_cache(maxsize=64)
 def _builder(
-    module: str, name: str, names: list[str]
+    module: str, name: str, names: tuple[str, ...]
 ) -> Callable[[list[Any], list[str] | None], BaseMessage]:
-    """How a message of the class is rebuilt from its stored field values (in ``names``' order)."""
+    """How a message of the class is rebuilt from its stored field values (in ``names``' order);
+    kept per class and names (a read of a thread's checkpoint builds the same few)."""
     cls = _CLASSES.get((module, name))
     if cls is None:
         raise ValueError(
@@ -105,7 +107,7 @@ def _builder(
             "rebuild without validation: read it with the turnlog version that wrote it"
         )
     every = frozenset(names)
-    if names != list(cls.__pydantic_fields__) or cls.__pydantic_post_init__ or cls.__private_attributes__:
+    if names != tuple(cls.__pydantic_fields__) or cls.__pydantic_post_init__ or cls.__private_attributes__:
         # Stored by another langchain_core (other fields): pydantic's own constructor fills the
         # fields it lacks with their defaults.
         def construct(values: list[Any], fields_set: list[str] | None) -> BaseMessage:
@@ -114,17 +116,37 @@ def _builder(
 
         return construct
 
+    new = cls.__new__
+    # The descriptors object.__setattr__ would find for these four (the __dict__ slot and the
+    # model's slots), called directly: the same stores without the lookup per attribute.
+    set_dict, set_fields_set, set_extra, set_private = (
+        _descriptor(cls, attribute).__set__
+        for attribute in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+    )
+
     def build(values: list[Any], fields_set: list[str] | None) -> BaseMessage:
         # What model_construct does for these fields (every one given, in the class's order, no
         # extra, no private attribute), without its loop over the fields: a turn rebuilds hundreds.
-        message = cls.__new__(cls)
-        _set(message, "__dict__", dict(zip(names, values, strict=True)))
-        _set(message, "__pydantic_fields_set__", set(every if fields_set is None else fields_set))
-        _set(message, "__pydantic_extra__", {})
-        _set(message, "__pydantic_private__", None)
+        message = new(cls)
+        set_dict(message, dict(zip(names, values, strict=True)))
+        set_fields_set(message, set(every if fields_set is None else fields_set))
+        set_extra(message, {})
+        set_private(message, None)
         return message
 
     return build
+
+
+def _descriptor(cls: type, attribute: str) -> Any:
+    """The data descriptor ``object.__setattr__`` uses for ``attribute`` on instances of ``cls``
+    (the first class of its MRO defining it)."""
+    for klass in cls.__mro__:
+        if attribute in vars(klass):
+            found = vars(klass)[attribute]
+            if not hasattr(type(found), "__set__"):
+                raise TypeError(f"{cls.__name__}.{attribute} is not a data descriptor")
+            return found
+    raise TypeError(f"{cls.__name__} has no {attribute} slot")
 
 
 def _plain(item: Any) -> bool:
