@@ -159,49 +159,64 @@ def writers(processes: int, n: int, *, floor: bool = False) -> float:
 
 def build(messages: int, repeat: int) -> tuple[float, float]:
     """A warm context build at ``messages`` (ms, median), and the floor: the tail read of the same
-    messages from a plain table until the budget is full, decoded (ms, median)."""
+    messages from a plain table until the budget is full, decoded (ms, median). The two take turns,
+    a block of builds each, ``BUILD_ROUNDS`` times: each side's figure is the median of all its
+    builds, so the server's and the machine's drift falls on both alike (one side timed after the
+    other read 1.5× in one run and 2.5× in the next on the same code)."""
     import psycopg
 
     import turnlog
 
-    with schema() as name:
-        url = f"{server()}?schema={name}"
-        store = turnlog.open_store(url)
+    events = [_message(i) for i in range(messages)]
+    with schema() as ours_name, schema() as floor_name:
+        store = turnlog.open_store(f"{server()}?schema={ours_name}")
+        conn = psycopg.connect(server(), autocommit=True)
         try:
-            events = [_message(i) for i in range(messages)]
             for first in range(0, messages, 1000):
                 store.append("s", events[first : first + 1000])
+            _floor_table(conn, floor_name)
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {floor_name}.msgs (session, msg, tokens) VALUES (%s, %s, %s)",
+                    [("s", json.dumps(e), 45) for e in events],
+                )
             policy = turnlog.ContextPolicy(budget=BUDGET)
             # The first build applies the projections (appends leave them to the next read): the
             # statistics are taken after it, as autovacuum would on a store that grew by this much.
             turnlog.build_context(store, "s", policy)
-            _analyze(name)
-            turnlog.build_context(store, "s", policy)
-            ours = _median(lambda: turnlog.build_context(store, "s", policy), repeat)
+            _analyze(ours_name)
+            _analyze(floor_name)
+
+            def ours() -> None:
+                turnlog.build_context(store, "s", policy)
+
+            def tail() -> None:
+                used, rows = 0, []
+                for msg, tokens in conn.execute(
+                    f"SELECT msg, tokens FROM {floor_name}.msgs WHERE session = %s "
+                    "ORDER BY position DESC LIMIT 400",
+                    ("s",),
+                ):
+                    if used + tokens > BUDGET:
+                        break
+                    used += tokens
+                    rows.append(json.loads(msg))
+
+            ours()
+            tail()
+            times: dict[str, list[float]] = {"ours": [], "floor": []}
+            block = max(1, repeat // BUILD_ROUNDS)
+            for _ in range(BUILD_ROUNDS):
+                times["ours"] += _times(ours, block)
+                times["floor"] += _times(tail, block)
         finally:
             store.close()
-    with schema() as name, psycopg.connect(server(), autocommit=True) as conn:
-        _floor_table(conn, name)
-        with conn.transaction(), conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {name}.msgs (session, msg, tokens) VALUES (%s, %s, %s)",
-                [("s", json.dumps(e), 45) for e in events],
-            )
-        _analyze(name)
+            conn.close()
+    return statistics.median(times["ours"]), statistics.median(times["floor"])
 
-        def tail() -> None:
-            used, rows = 0, []
-            for msg, tokens in conn.execute(
-                f"SELECT msg, tokens FROM {name}.msgs WHERE session = %s ORDER BY position DESC LIMIT 400",
-                ("s",),
-            ):
-                if used + tokens > BUDGET:
-                    break
-                used += tokens
-                rows.append(json.loads(msg))
 
-        floor = _median(tail, repeat)
-    return ours, floor
+BUILD_ROUNDS = 10
+"""Turns the two sides of the build figure take (a block of builds each)."""
 
 
 def _analyze(name: str) -> None:
@@ -294,13 +309,14 @@ def _interleaved(measures: dict[str, Callable[[], float]]) -> dict[str, float]:
     return {name: statistics.median(found) for name, found in rates.items()}
 
 
-def _median(fn: Callable[[], Any], repeat: int) -> float:
+def _times(fn: Callable[[], Any], repeat: int) -> list[float]:
+    """Milliseconds of each of ``repeat`` calls of ``fn``."""
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return times
 
 
 def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
@@ -327,11 +343,13 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     )
     log("postgres: writer processes on sessions of their own")
     per_writer = n // 4 if quick else 500
-    result["writers"] = {p: writers(p, per_writer) for p in (1, 2, 4, 8)}
-    result["floor_writers"] = {p: writers(p, per_writer, floor=True) for p in (1, 2, 4, 8)}
+    result["writers"], result["floor_writers"] = {}, {}
+    for p in (1, 2, 4, 8):  # the two sides in turns, at each number of writers
+        result["writers"][p] = writers(p, per_writer)
+        result["floor_writers"][p] = writers(p, per_writer, floor=True)
     log("postgres: context builds")
     sizes = (2000,) if quick else (2000, 20000, 200000)
-    result["build"] = {m: build(m, 20 if quick else 50) for m in sizes}
+    result["build"] = {m: build(m, 20 if quick else 100) for m in sizes}
     log("postgres: LangGraph PostgresSaver and TurnlogSaver")
     result["saver"] = saver_turns(30 if quick else 200)
     from benchlib.saver_append import saver_appends
@@ -354,7 +372,10 @@ def render(result: dict[str, Any], command: str) -> str:
         "INSERT + COMMIT into a table with a session index), and LangGraph's PostgresSaver. The append "
         f"figures are the medians of {ROUNDS} rounds in which the floor and turnlog take turns; the "
         f"LangGraph figures, of {SAVER_ROUNDS} rounds in which the two savers take turns (the one "
-        f"going first alternating), each after {SAVER_WARM} warm turns on its thread.",
+        f"going first alternating), each after {SAVER_WARM} warm turns on its thread; the builds, the "
+        f"medians of every build of {BUILD_ROUNDS} rounds in which a block of turnlog's builds and a "
+        "block of the floor's tail reads take turns; the writer figures, turnlog then the floor at "
+        "each number of writers.",
         "",
         "| figure | turnlog | floor / peer | ratio | target |",
         "|---|---:|---:|---:|---|",

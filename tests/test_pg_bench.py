@@ -1,0 +1,53 @@
+"""The bench's `postgres` section (issue 17): its build figure times turnlog and the plain-psycopg
+tail read in turns on one server and leaves nothing behind. (Its ratios are measured by
+`scripts/bench --only postgres`, never asserted here.)"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.postgres import pg_url, require_pg, sql
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def postgres_bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    require_pg()
+    monkeypatch.setenv("TURNLOG_BENCH_PG", pg_url())
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from benchlib import postgres_bench
+
+        yield postgres_bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def _bench_schemas() -> set[str]:
+    rows = sql("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'tl_bench_%'", "public")
+    return {str(r[0]) for r in rows}
+
+
+def test_the_build_figure_takes_turns_and_drops_its_schemas(
+    postgres_bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _bench_schemas()
+    calls: list[str] = []
+    timed = postgres_bench._times
+
+    def recording(fn: Any, repeat: int) -> list[float]:
+        calls.append(fn.__name__)
+        return timed(fn, repeat)
+
+    monkeypatch.setattr(postgres_bench, "_times", recording)
+    ours, floor = postgres_bench.build(120, 20)
+    assert ours > 0 and floor > 0
+    # A block of each side, round after round: the drift of a shared machine falls on both.
+    assert calls == ["ours", "tail"] * postgres_bench.BUILD_ROUNDS
+    assert _bench_schemas() == before
