@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 
 from turnlog.projections.capping import MIN_CAP
 from turnlog.projections.context_capping import count_short
@@ -27,6 +28,8 @@ from turnlog.projections.context_types import (
 from turnlog.projections.context_units import UnitRenderer
 from turnlog.projections.formats import render
 from turnlog.store import SummaryRecorded
+
+_ORDER = operator.attrgetter("order")
 
 STABLE_NOTICE_RESERVE = 64
 """Under a cache-stable policy, the room the artifact index leaves for the omission notice: a fixed
@@ -93,6 +96,7 @@ class ContextBuilder(UnitRenderer):
         remaining = policy.budget - used - reserve
 
         kept: list[tuple[int, list[ContextMessage]]] = []  # (first version, unit), newest first
+        kept_tokens = 0  # the tokens of the units in kept
         pending: dict[int, list[Row]] = {}
         exhausted = True
         if total_messages and total_tokens > 0:
@@ -100,12 +104,17 @@ class ContextBuilder(UnitRenderer):
             # second chunk reads about that many (one round trip more, not a doubling chain).
             self.expected_rows = int(remaining * total_messages / total_tokens)
         summaries = self._active_summaries() if stable is None else self._stable_summaries(stable)
+        max_tool, max_message = policy.max_tool_tokens, policy.max_message_tokens
+        cut = None if stable is None else stable.cut
+        # Under cache_stable an open run's outputs are capped as they will stay: re-capping them
+        # when the run closes would move the prefix. Otherwise they are shown whole unless the
+        # policy caps them.
+        whole_after = open_run if stable is None and not policy.cap_open_run else None
         for item in self._walk_back(retained_versions, summaries):
-            first = item.first if isinstance(item, SummaryRow) else item.version
-            if stable is not None and first < stable.cut:
-                exhausted = False  # the history starts at the cut
-                break
             if isinstance(item, SummaryRow):
+                if cut is not None and item.first < cut:
+                    exhausted = False  # the history starts at the cut
+                    break
                 shown = self._summary_message(item)
                 if shown.tokens > remaining:
                     if stable is not None:
@@ -113,23 +122,21 @@ class ContextBuilder(UnitRenderer):
                     exhausted = False
                     break
                 kept.append((item.first, [shown]))
+                kept_tokens += shown.tokens
                 remaining -= shown.tokens
                 continue
             row = item
+            if cut is not None and row.version < cut:
+                exhausted = False  # the history starts at the cut
+                break
             if row.role == "tool":
                 if row.call_version is not None and row.call_version not in retained_versions:
                     pending.setdefault(row.call_version, []).append(row)
                 continue
             returns = pending.pop(row.version, [])
-            in_open_run = open_run is not None and row.version > open_run
-            # Under cache_stable an open run's outputs are capped as they will stay: re-capping them
-            # when the run closes would move the prefix.
-            whole = in_open_run and not policy.cap_open_run and stable is None
-            tool_cap = None if whole else policy.max_tool_tokens
-            unit = self._unit(
-                row, returns, category=None, tool_cap=tool_cap, message_cap=policy.max_message_tokens
-            )
-            cost = sum(m.tokens for m in unit)
+            tool_cap = None if whole_after is not None and row.version > whole_after else max_tool
+            unit = self._unit(row, returns, category=None, tool_cap=tool_cap, message_cap=max_message)
+            cost = unit[0].tokens if len(unit) == 1 else sum(m.tokens for m in unit)
             if cost > remaining and tool_cap is None and (returns or row.n_calls):
                 unit = self._unit(
                     row,
@@ -146,8 +153,10 @@ class ContextBuilder(UnitRenderer):
                 squeezed = self._squeeze(row, returns, remaining) if policy.fill else None
                 if squeezed is not None:
                     kept.append((row.version, squeezed))
+                    kept_tokens += sum(m.tokens for m in squeezed)
                 break
             kept.append((row.version, unit))
+            kept_tokens += cost
             remaining -= cost
 
         notice: ContextMessage | None = None
@@ -160,7 +169,7 @@ class ContextBuilder(UnitRenderer):
             omitted_tokens = before_tokens - sum(r.tokens for r in retained_before)
             if omitted_messages <= 0:
                 break
-            room = policy.budget - used - sum(m.tokens for _, unit in kept for m in unit)
+            room = policy.budget - used - kept_tokens
             notice = self._notice_message(omitted_messages, omitted_tokens, oldest_kept, room)
             if notice is not None:
                 break
@@ -172,13 +181,14 @@ class ContextBuilder(UnitRenderer):
                     f"{room:,} tokens of the budget of {policy.budget:,}: too few for the notice "
                     "that says what was left out; raise the budget"
                 )
-            kept.pop()  # make room for the notice at the cost of the oldest kept message
+            # Make room for the notice at the cost of the oldest kept message.
+            kept_tokens -= sum(m.tokens for m in kept.pop()[1])
         self.start = kept[-1][0] if kept else self.head_version + 1
         for _, unit in kept:
             messages += unit
         if notice is not None:
             messages.append(notice)
-        messages.sort(key=lambda m: m.order)
+        messages.sort(key=_ORDER)
         total = PRIME_TOKENS + sum(m.tokens for m in messages)
         if total > policy.budget:  # pragma: no cover - guarded above
             raise ContextBudgetError(f"internal error: built {total} tokens over {policy.budget}")

@@ -463,7 +463,7 @@ class ContextReader:
             # No prefetched first chunk to match (SQLite): sized for the rows the budget left, with
             # room for the outputs capped below their stored counts.
             # (None left — pinned rows over the budget — still reads a first chunk: never 0 rows.)
-            size = min(2 * max(self.expected_rows, 0) + 8, 512)
+            size = min(max(self.expected_rows, 0) * 5 // 4 + 8, 512)
         if self.first_chunk:
             size = self.first_chunk  # as read ahead (the rows the budget can take at their stored counts)
         while upper >= 1:

@@ -48,6 +48,8 @@ class UnitRenderer(ContextReader):
         none), each capped as asked (None: whole)."""
         item = self._item(head)
         out = [self._message(head, item, category, message_cap, tool_cap)]
+        if not returns and not item.tool_calls:
+            return out  # most units: a message alone (a build makes one for each row it shows)
         answered: set[str] = set()
         for sub, ret in enumerate(sorted(returns, key=lambda r: r.version), 1):
             ret_item = self._item(ret)
