@@ -53,6 +53,13 @@ def two(pg_schema: str) -> Iterator[tuple[Any, Any]]:
         second.close()
 
 
+def _taking_turns(first: Any, second: Any) -> None:
+    """Three appends each, taking turns: both know their heads, and have seen the other move the order."""
+    for i in range(3):
+        first.append("a", [_say(f"a{i}")])
+        second.append("b", [_say(f"b{i}")])
+
+
 def _counted(monkeypatch: pytest.MonkeyPatch, store: Any, session: str, text: str) -> tuple[list[str], Any]:
     """The queries one append sends, and its records."""
     sent = sent_queries(monkeypatch)
@@ -63,19 +70,25 @@ def _counted(monkeypatch: pytest.MonkeyPatch, store: Any, session: str, text: st
     return [query.split("(")[0] + "(" if query.startswith("CALL") else query[:10] for query in sent], records
 
 
+def _beside(
+    monkeypatch: pytest.MonkeyPatch, first: Any, second: Any, rounds: int
+) -> list[tuple[list[str], Any]]:
+    """``rounds`` times: ``second`` appends to "b", then ``first`` to "a", its queries counted."""
+    made = []
+    for i in range(rounds):
+        second.append("b", [_say(f"b more {i}")])
+        made.append(_counted(monkeypatch, first, "a", f"a more {i}"))
+    return made
+
+
 def test_appends_beside_another_writer_take_one_round_trip_each(
     two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second = two
-    for i in range(3):  # both know their heads, and have seen the other move the order
-        first.append("a", [_say(f"a{i}")])
-        second.append("b", [_say(f"b{i}")])
-    shapes = []
-    for i in range(12):
-        second.append("b", [_say(f"b more {i}")])
-        sent, records = _counted(monkeypatch, first, "a", f"a more {i}")
-        assert [r.version for r in records] == [4 + i]
-        shapes.append(sent)
+    _taking_turns(first, second)
+    made = _beside(monkeypatch, first, second, 12)
+    assert [[r.version for r in records] for _, records in made] == [[4 + i] for i in range(12)]
+    shapes = [sent for sent, _ in made]
     # Each append is one call; now and then (misses in a row make it rarer) a fast try goes first,
     # finds the order moved, and the call follows at once.
     assert all(sent in ([CALL], [FAST, CALL]) for sent in shapes), shapes
@@ -105,9 +118,7 @@ def test_a_stale_expected_version_on_the_contended_way_is_a_conflict_and_stores_
     two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second = two
-    for i in range(3):
-        first.append("a", [_say(f"a{i}")])
-        second.append("b", [_say(f"b{i}")])
+    _taking_turns(first, second)
     first.append("a", [_say("a3")])  # first appends to "a" the contended way, knowing head 4
     second.append("a", [_say("from second")], expected_version=4)  # "a" moves to 5 behind its back
     before = [r.event_id for r in first.iter_after(0)]
@@ -164,14 +175,8 @@ def test_beside_a_writer_that_keeps_moving_the_order_no_fast_try_is_sent(
     two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second = two
-    for i in range(3):
-        first.append("a", [_say(f"a{i}")])
-        second.append("b", [_say(f"b{i}")])
-    shapes = []
-    for i in range(40):
-        second.append("b", [_say(f"b more {i}")])
-        sent, _ = _counted(monkeypatch, first, "a", f"a more {i}")
-        shapes.append(sent)
+    _taking_turns(first, second)
+    shapes = [sent for sent, _ in _beside(monkeypatch, first, second, 40)]
     # Each call saw the order moved since first's last append: no try goes first (without that
     # signal, a try went first now and then, after 2, 4, 8, ... calls), so no round trip is lost
     # and the placing lock is never held through a flush while the other writer waits.
@@ -184,9 +189,7 @@ def test_a_writer_left_alone_tries_the_one_statement_after_one_call(
     two: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, second = two
-    for i in range(3):
-        first.append("a", [_say(f"a{i}")])
-        second.append("b", [_say(f"b{i}")])
+    _taking_turns(first, second)
     for i in range(8):  # misses in a row: without the signal, the next tries would wait 8 and more
         second.append("b", [_say(f"b more {i}")])
         first.append("a", [_say(f"a more {i}")])
