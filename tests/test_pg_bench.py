@@ -51,3 +51,21 @@ def test_the_build_figure_takes_turns_and_drops_its_schemas(
     # A block of each side, round after round: the drift of a shared machine falls on both.
     assert calls == ["ours", "tail"] * postgres_bench.BUILD_ROUNDS
     assert _bench_schemas() == before
+
+
+def test_the_writer_processes_are_spawned_and_leave_nothing_behind(postgres_bench: Any) -> None:
+    # Spawned writers import the bench afresh (nothing of this process's heap); each makes one
+    # untimed append, then all start together. Both sides, then no schema of theirs is left.
+    before = _bench_schemas()
+    assert postgres_bench.writers(2, 5) > 0
+    assert postgres_bench.writers(2, 5, floor=True) > 0
+    assert _bench_schemas() == before
+
+
+def test_the_append_floor_is_one_statement_or_three(postgres_bench: Any) -> None:
+    # A lone INSERT in autocommit mode is its own transaction; explicit=True sends BEGIN and COMMIT.
+    before = _bench_schemas()
+    assert postgres_bench.floor_append(10) > 0
+    assert postgres_bench.floor_append(10, explicit=True) > 0
+    assert postgres_bench.floor_append(20, batch=10) > 0
+    assert _bench_schemas() == before
