@@ -69,3 +69,14 @@ def test_the_append_floor_is_one_statement_or_three(postgres_bench: Any) -> None
     assert postgres_bench.floor_append(10, explicit=True) > 0
     assert postgres_bench.floor_append(20, batch=10) > 0
     assert _bench_schemas() == before
+
+
+def test_turnlogs_own_statements_replayed_store_the_same_rows(postgres_bench: Any) -> None:
+    # The third side records turnlog's one-round-trip statements and sends them again by plain
+    # psycopg into a copy of the log; it checks the copy then holds the source's very rows (it
+    # raises otherwise) and drops both schemas.
+    from benchlib import pg_rows
+
+    before = _bench_schemas()
+    assert pg_rows.rows_append(12) > 0
+    assert _bench_schemas() == before

@@ -338,12 +338,15 @@ def _times(fn: Callable[[], Any], repeat: int) -> list[float]:
 def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     n = 300 if quick else 2000
     result: dict[str, Any] = {"quick": quick, "server": server().split("@")[-1].split("?")[0]}
+    from benchlib.pg_rows import rows_append
+
     log("postgres: durable appends, one event per commit")
     result.update(
         _interleaved(
             {
                 "floor_append": lambda: floor_append(n // ROUNDS),
                 "floor_append_explicit": lambda: floor_append(n // ROUNDS, explicit=True),
+                "rows_append": lambda: rows_append(n // ROUNDS),
                 "turnlog_append_log": lambda: turnlog_append(n // ROUNDS, projections=False),
                 "turnlog_append": lambda: turnlog_append(n // ROUNDS),
             }
@@ -405,6 +408,11 @@ def render(result: dict[str, Any], command: str) -> str:
         "| the same against the floor's INSERT sent as BEGIN, INSERT, COMMIT (three round trips) | "
         f"{result['turnlog_append']:,.0f} | {result['floor_append_explicit']:,.0f} | "
         f"{result['turnlog_append'] / result['floor_append_explicit']:.2f}× | |",
+        "| turnlog's own statements of those appends, sent again by plain psycopg into a copy of the log "
+        "(the schema's and the statement's cost on the server, without turnlog's Python) | "
+        f"{result['rows_append']:,.0f} | {result['floor_append']:,.0f} | "
+        f"{result['rows_append'] / result['floor_append']:.2f}× (turnlog ÷ them: "
+        f"{result['turnlog_append'] / result['rows_append']:.2f}×) | |",
         f"| batch append, 1,000 per commit (events/s) | {result['turnlog_batch']:,.0f} | "
         f"{result['floor_batch']:,.0f} | {result['turnlog_batch'] / result['floor_batch']:.2f}× | |",
     ]
@@ -464,9 +472,14 @@ def render(result: dict[str, Any], command: str) -> str:
         "statement prepared on the server, its own transaction (store/pg_fast.py; the values are "
         "parameters, not SQL text); the projections' rows are applied at the writer's next "
         "read or close, as on SQLite, so the two append rows measure the same path (their difference "
-        "is the order they run in). What it still costs beyond the floor is Python: the event checked "
-        "and its tokens counted, its hashes. A batch of 1,000 copies its rows (binary COPY) after "
-        "its checks; tokenizing and checking each event is most of the rest. "
+        "is the order they run in). turnlog's own statements of those appends, sent again by plain "
+        f"psycopg with their values ready (scripts/benchlib/pg_rows.py), run at "
+        f"{result['rows_append'] / result['floor_append']:.2f}× the floor: that is the server's cost "
+        "of the schema and the statement (the session's lock and heads checked, the row's unique "
+        "keys); what turnlog costs beyond them "
+        f"(turnlog ÷ them {result['turnlog_append'] / result['rows_append']:.2f}×) is its client: the "
+        "event checked and its tokens counted, its hashes, the pool. A batch of 1,000 copies its rows "
+        "(binary COPY) after its checks; tokenizing and checking each event is most of the rest. "
         "A warm build is one prepared statement (the "
         "projections' freshness, the header, the retained rows and the tail, projections/context_start.py) "
         "where the floor reads one query; it joins to their events only the rows whose decoded "
