@@ -62,12 +62,28 @@ def test_the_writer_processes_are_spawned_and_leave_nothing_behind(postgres_benc
     assert _bench_schemas() == before
 
 
-def test_the_append_floor_is_one_statement_or_three(postgres_bench: Any) -> None:
-    # A lone INSERT in autocommit mode is its own transaction; explicit=True sends BEGIN and COMMIT.
+def test_the_append_floor_is_one_statement_or_three(
+    postgres_bench: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lone INSERT in autocommit mode is its own transaction; explicit=True (and a batch) opens
+    # one with BEGIN and ends it with COMMIT.
+    import psycopg
+
+    opened: list[int] = []
+    transaction = psycopg.Connection.transaction
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        return transaction(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "transaction", counted)
     before = _bench_schemas()
     assert postgres_bench.floor_append(10) > 0
+    assert len(opened) == 0
     assert postgres_bench.floor_append(10, explicit=True) > 0
+    assert len(opened) == 10
     assert postgres_bench.floor_append(20, batch=10) > 0
+    assert len(opened) == 12
     assert _bench_schemas() == before
 
 

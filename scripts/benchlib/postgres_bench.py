@@ -118,8 +118,7 @@ def _writer(url: str, session: str, n: int, queue: Any, start_line: Any, floor: 
         with psycopg.connect(url, autocommit=True) as conn:
             rows = [(session, json.dumps(event), 40) for event in events]
             insert = f"INSERT INTO {table}.msgs (session, msg, tokens) VALUES (%s, %s, %s)"
-            with conn.transaction():
-                conn.execute(insert, (f"{session}-warm-up", json.dumps(_message(0)), 40))
+            conn.execute(insert, (f"{session}-warm-up", json.dumps(_message(0)), 40))
             start_line.wait()
             start = time.time()
             for row in rows:
