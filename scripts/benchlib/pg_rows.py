@@ -38,9 +38,7 @@ def _recorded_appends(source: str, copy: str, n: int) -> list[tuple[str, list[An
     try:
         store.append("warm-up", [_message(0)])
         store.append("s", [_message(0)])
-        store.close()  # every projection row written: the copy is taken of a settled store
-        store = turnlog.open_store(f"{server()}?schema={source}")
-        store.append("s", [_message(1)])  # the statement prepared, the heads known
+        store.append("s", [_message(1)])  # the heads known: the appends that follow take one round trip
         _copy_log(source, copy)
         pg_fast.kept_cursor = lambda conn, cursors: _Recording(kept(conn, cursors), recorded)  # type: ignore[assignment]
         for i in range(n):
