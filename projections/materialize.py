@@ -31,6 +31,7 @@ from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
 from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
+    advance_watermark,
     counted_through,
     counted_through_expr,
     records_between,
@@ -208,6 +209,7 @@ class Materializer:
                     ),
                     (end, *names, start),
                 )
+                advance_watermark(conn, start, end)  # the append counted these events first
                 for projection in self.projections:
                     types = projection.types
                     projection.apply_remembering(

@@ -9,11 +9,14 @@ import difflib
 import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from turnlog.store.errors import UnknownSessionError
 from turnlog.store.events import Event
 from turnlog.store.tokenizer import Tokenizer
+
+TokenCounting = Literal["deferred", "inline"]
+"""When a store counts an event's tokens: after the commit (the next catch-up), or before it."""
 
 
 class ExpectedVersion(enum.Enum):

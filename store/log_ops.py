@@ -34,13 +34,15 @@ def position_of(conn: Connection, session_id: str, version: int) -> int | None:
     return sqlite_position_of(conn, session_id, version)
 
 
-PG_COUNTED_THROUGH = "SELECT coalesce(max(position), 0) FROM events"
-"""What :func:`counted_through` reads on PostgreSQL (the head: every event is counted when stored)."""
+# What :func:`counted_through` reads on PostgreSQL: the watermark (store.pg_tokens), kept here as
+# text so that the projections read it without importing the driver.
+PG_COUNTED_THROUGH = (
+    "SELECT coalesce((SELECT value::bigint FROM turnlog_meta WHERE key = 'tokens_counted_through'), 0)"
+)
 
 
 def counted_through(conn: Connection) -> int:
-    """Every event at or below this position has its token count (a backend that counts every
-    event before it stores it: the head)."""
+    """Every event at or below this position has its token count."""
     if dialect_of(conn).name == "postgresql":
         row = conn.execute(PG_COUNTED_THROUGH).fetchone()
         return int(row[0])
@@ -60,13 +62,31 @@ def counted_through_expr(conn: Connection) -> str:
 
 
 def write_token_counts(conn: Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
-    """Store deferred token counts and move the watermark (nothing to do where counts are made
-    before the events are stored: the counts given are those already in the rows)."""
+    """Store deferred token counts (``(tokens, position)`` pairs) and move the watermark to
+    ``through``, inside the caller's transaction."""
     if dialect_of(conn).name == "postgresql":
-        return  # the counts are in the rows from the start, and there is no watermark to move
+        from turnlog.store.pg_tokens import pg_write_token_counts
+
+        pg_write_token_counts(conn, counts, through)  # a QmarkConnection there
+        return
     from turnlog.store.sqlite_tokens import write_token_counts as sqlite_write_token_counts
 
     sqlite_write_token_counts(conn, counts, through)
 
 
-__all__ = ["counted_through", "position_of", "records_between", "write_token_counts"]
+def advance_watermark(conn: Connection, start: int, end: int) -> None:
+    """Move the watermark to ``end`` if every event up to ``start`` is counted, inside the caller's
+    transaction: the events after ``start`` up to ``end`` were stored with their counts (an append
+    that counted them before its commit). Otherwise it stays, and a catch-up moves it."""
+    if dialect_of(conn).name == "postgresql":
+        conn.execute(
+            "UPDATE turnlog_meta SET value = ? WHERE key = 'tokens_counted_through' "
+            "AND value::bigint >= ? AND value::bigint < ?",
+            (str(end), start, end),
+        )
+        return
+    if counted_through(conn) >= start:
+        write_token_counts(conn, (), end)
+
+
+__all__ = ["advance_watermark", "counted_through", "position_of", "records_between", "write_token_counts"]

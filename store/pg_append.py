@@ -61,9 +61,10 @@ from turnlog.store.pg_fast import (
     insert_placed,
     is_stale,
 )
-from turnlog.store.pg_reading import PgReadingStore, pg_lineage, select_records
+from turnlog.store.pg_reading import pg_lineage, select_records
 from turnlog.store.pg_schema import EVENT_TABLE
 from turnlog.store.pg_sequenced import insert_sequenced
+from turnlog.store.pg_tokens import PgTokenCounting
 from turnlog.store.rows import gc_paused
 
 # The session's last version and hash (placed or not), the last placed position and its order
@@ -177,7 +178,7 @@ class _Lookup:
         return None if row is None else str(row[0])
 
 
-class PgAppendingStore(BatchAppender, PgReadingStore):
+class PgAppendingStore(BatchAppender, PgTokenCounting):
     """The appends to the log."""
 
     def has_within_hooks(self) -> bool:
@@ -193,8 +194,11 @@ class PgAppendingStore(BatchAppender, PgReadingStore):
         return self.where
 
     def _prepare(self, event: Any, index: int) -> Prepared:
-        # Counted before the transaction: the lock is never held while tiktoken runs.
-        return prepare_event(event, index, self.tokenizer, self.count_event_tokens)
+        # Counted after the commit (store.pg_tokens), unless a hook inside the transaction needs the
+        # counts or the store counts inline: then before the transaction, so no lock is held while
+        # the tokenizer runs.
+        inline = self.token_counting == "inline" or self.has_within_hooks()
+        return prepare_event(event, index, self.tokenizer, self.count_event_tokens if inline else None)
 
     def _check_batch(self, prepared: list[Prepared]) -> None:
         for index, item in enumerate(prepared, 1):

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from turnlog.store import determinism
 from turnlog.store.append_rules import Segments, event_tokens
-from turnlog.store.base import EventStore
+from turnlog.store.base import EventStore, TokenCounting
 from turnlog.store.chain import now
 from turnlog.store.chain_migration import relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
@@ -68,8 +68,8 @@ class PostgresBase(EventStore):
         self.lock_key = lock_key(schema)
         self.place_key = lock_key(f"{schema}/order")
         """The lock under which rows are placed in the global order (store.pg_chain)."""
-        self.place_key = lock_key(f"{schema}/order")
-        """The lock under which rows are placed in the global order (store.pg_chain)."""
+        self.token_counting: TokenCounting = "deferred"
+        """When token counts are made: after the commit (store.pg_tokens), or before it ("inline")."""
         self.session_lock_space = self.lock_key & 0x7FFFFFFF
         """The first key of the sessions' advisory locks (the second is the session id's hashtext)."""
         self._lineages: dict[str, Segments] = {}
@@ -105,6 +105,7 @@ class PostgresBase(EventStore):
         tokenizer: str | None = None,
         pool_size: int = 4,
         connect_timeout: float = 10.0,
+        token_counting: TokenCounting = "deferred",
     ) -> Self:
         """Open (and, with ``create``, create or migrate) the store in ``schema`` of the database
         ``url`` names (``postgresql://USER@HOST:PORT/DBNAME``).
@@ -112,7 +113,11 @@ class PostgresBase(EventStore):
         One PostgreSQL schema holds one store; the threads of a process share the store object and
         its pool of up to ``pool_size`` connections, and many processes may open the same store.
         ``tokenizer`` is as for SQLiteStore: a new store records it, an existing one must be opened
-        with the same one or with None."""
+        with the same one or with None. ``token_counting`` too: ``"deferred"`` (the default) counts
+        an event's tokens after its commit, at the next catch-up (store.pg_tokens); ``"inline"``
+        before its transaction, so that every stored row has its count from the start."""
+        if token_counting not in ("deferred", "inline"):
+            raise StoreError(f"token_counting must be 'deferred' or 'inline', not {token_counting!r}")
         if not isinstance(schema, str) or _SCHEMA.fullmatch(schema) is None:
             raise StoreError(
                 f"schema name {schema!r} is invalid: use 1 to 63 lowercase letters, digits or _, "
@@ -159,6 +164,7 @@ class PostgresBase(EventStore):
             pool.close()  # its workers stop: nothing is left trying to connect
             raise
         store = cls(pool, where, schema, loaded)
+        store.token_counting = token_counting
         store._salt = bytes.fromhex(salt[0]) if salt else None
         return store
 

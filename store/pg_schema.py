@@ -4,8 +4,9 @@
 One PostgreSQL schema holds one store. The tables mirror SQLite's, with what a DBA expects: named
 constraints, ``bigint`` positions and versions, comments, and immutability enforced by the database
 itself (triggers refusing UPDATE, DELETE and TRUNCATE on events and blobs; verify checks that they
-are all there and enabled). Token counts are made before the append's transaction, so an event row
-is complete when inserted and never changes. Migrations are append-only: a released one is never
+are all there and enabled). A row changes at most twice, each once and each checked by the update
+trigger: placed in the global order (position and order hash) and given its token count, as on
+SQLite (counted after the commit, migration 4). Migrations are append-only: a released one is never
 edited, a change is a new one."""
 
 from __future__ import annotations
@@ -291,6 +292,55 @@ COMMENT ON PROCEDURE {APPEND_PROCEDURE}(integer, text, bigint, text, bigint, tex
     'turnlog: a contended append (store/pg_sequenced.py): checks the session''s head, places the rows '
     'after the order''s head, commits without a flush, then waits for one; returns the first '
     'position and the last order hash';
+""",
+    ),
+)
+
+# Migration 4: token counts made after the commit, as on SQLite. An append's durable commit is its
+# rows alone; the next catch-up (any process's read, or the writer's close) counts what waits and
+# fills the counts in, in a non-durable transaction, and moves the watermark ``tokens_counted_through``
+# in turnlog_meta (every placed event at or below it has its count). The update trigger lets a row's
+# NULL count become a count once, nothing else with it; placing stays as it was.
+_ENVELOPE = (
+    "row_id, session_id, version, event_id, type, schema_version, payload, blob_id, recorded_at, "
+    "prev_hash, hash, payload_digest"
+)
+MIGRATIONS += (
+    Migration(
+        4,
+        "token counts made after the commit (a NULL count filled in once), as on SQLite",
+        f"""
+ALTER TABLE event_log ALTER COLUMN tokens DROP NOT NULL;
+COMMENT ON COLUMN event_log.tokens IS
+    'tokens the event adds to a context, with the store''s tokenizer; NULL from the commit until the '
+    'next catch-up counts it (then set once: see tokens_counted_through in turnlog_meta)';
+INSERT INTO turnlog_meta (key, value)
+    SELECT 'tokens_counted_through', max(position)::text FROM event_log HAVING max(position) IS NOT NULL;
+CREATE OR REPLACE FUNCTION {ORDER_ONLY_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF ({", ".join("NEW." + c for c in _ENVELOPE.split(", "))})
+        IS NOT DISTINCT FROM ({", ".join("OLD." + c for c in _ENVELOPE.split(", "))})
+    THEN
+        -- Placed in the order once, its count as it was.
+        IF OLD.position IS NULL AND NEW.position IS NOT NULL
+            AND NEW.tokens IS NOT DISTINCT FROM OLD.tokens
+        THEN
+            RETURN NEW;
+        END IF;
+        -- Its count filled in once, its place as it was.
+        IF OLD.tokens IS NULL AND NEW.tokens IS NOT NULL
+            AND (NEW.position, NEW.order_hash) IS NOT DISTINCT FROM (OLD.position, OLD.order_hash)
+        THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'turnlog: events are immutable; UPDATE is refused (only placing or counting once)'
+        USING ERRCODE = 'integrity_constraint_violation';
+END
+$$;
+COMMENT ON FUNCTION {ORDER_ONLY_FUNCTION}() IS
+    'turnlog: refuses every change to the log but placing a row in the order once and filling in '
+    'its token count once';
 """,
     ),
 )

@@ -2,8 +2,8 @@
 Projections get connections that take ``?`` placeholders (store.pg_qmark) in the store's schema;
 their rows are written inside each append's transaction (``within_append`` hooks, in a savepoint:
 a failure there leaves the events to commit alone and the catch-up after the commit redoes it) and
-caught up after it (``on_append`` hooks). Token counts are made before events are stored, so nothing
-is ever waiting for one.
+caught up after it (``on_append`` hooks). Token counts are made after the commit (store.pg_tokens),
+or before it when a within-append hook is set (its projections need them).
 
 A store opened ``readonly`` refuses appends; its projections are still caught up in the database
 when a read needs them (they are derived rows in a shared server, not a file a reader may not write)."""
@@ -159,12 +159,6 @@ class PgProjectionStorage(_Base):
         for hook in self._hooks("_after_append"):
             with contextlib.suppress(StoreError):  # derived state only: readers catch up
                 hook(records)
-
-    def counted_position(self) -> int:
-        return self.head_position()
-
-    def count_pending(self, limit: int = 2000) -> tuple[list[tuple[int, int]], int] | None:
-        return None
 
 
 def pg_records_between(

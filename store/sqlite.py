@@ -7,8 +7,9 @@ appends (store.sqlite_append)."""
 
 from __future__ import annotations
 
+from turnlog.store.base import TokenCounting
 from turnlog.store.sqlite_append import INLINE_LIMIT, MAX_BATCH, MAX_CONTENT_BYTES, AppendingStore
-from turnlog.store.sqlite_connection import WAL_SIZE_LIMIT, Synchronous, TokenCounting
+from turnlog.store.sqlite_connection import WAL_SIZE_LIMIT, Synchronous
 from turnlog.store.sqlite_reading import position_of, records_between
 from turnlog.store.sqlite_tokens import counted_through, write_token_counts
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, Self
 
-from turnlog.store.base import RecordedEvent, Store
+from turnlog.store.base import RecordedEvent, Store, TokenCounting
 from turnlog.store.chain import now
 from turnlog.store.chain_migration import Update, V1Row, relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
@@ -31,7 +31,6 @@ a few pages to it, so the -wal passes its limit by a few hundred KiB at most bef
 sooner once its events' bytes since the last look reach an eighth of the limit: a stat is a system
 call, and one per commit showed in the profile of a one-event durable append (issue 20)."""
 
-TokenCounting = Literal["deferred", "inline"]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 

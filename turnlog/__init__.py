@@ -151,7 +151,9 @@ def open_backend(
     :func:`open_store`'s hook that advances the projections after each append (for a writer that
     advances them its own way)."""
     if is_postgres_url(path):
-        store = _open_postgres(str(path), tokenizer=tokenizer, create=create and not readonly)
+        store = _open_postgres(
+            str(path), tokenizer=tokenizer, create=create and not readonly, token_counting=token_counting
+        )
         store.refuse_appends = readonly  # type: ignore[attr-defined]
         return store
     from turnlog.store.sqlite import SQLiteStore
@@ -171,7 +173,7 @@ def is_postgres_url(path: str | os.PathLike[str]) -> bool:
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
-def _open_postgres(url: str, *, tokenizer: str | None, create: bool) -> Store:
+def _open_postgres(url: str, *, tokenizer: str | None, create: bool, token_counting: TokenCounting) -> Store:
     from turnlog.store.errors import StoreError
 
     try:
@@ -191,7 +193,9 @@ def _open_postgres(url: str, *, tokenizer: str | None, create: bool) -> Store:
         else:
             kept.append(part)
     target = base + ("?" + "&".join(kept) if kept else "")
-    return PostgresStore.open(target, schema=schema, create=create, tokenizer=tokenizer)
+    return PostgresStore.open(
+        target, schema=schema, create=create, tokenizer=tokenizer, token_counting=token_counting
+    )
 
 
 __all__ = [
