@@ -31,10 +31,10 @@ from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
 from turnlog.store.errors import LockBusy
 from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
-    advance_watermark,
     counted_through,
     counted_through_expr,
     records_between,
+    with_counts,
     write_token_counts,
 )
 from turnlog.store.rows import gc_paused
@@ -209,7 +209,6 @@ class Materializer:
                     ),
                     (end, *names, start),
                 )
-                advance_watermark(conn, start, end)  # the append counted these events first
                 for projection in self.projections:
                     types = projection.types
                     projection.apply_remembering(
@@ -339,7 +338,11 @@ class Materializer:
         if appended and through is None:
             count = self.store.count_event_tokens
             fresh = [r if r.tokens is not None else replace(r, tokens=count(r.event)) for r in appended]
-            pending = ([(r.tokens or 0, r.position) for r in fresh], fresh[-1].position)
+            # Only the counts made here are written (an append that counted inline stored its own).
+            made = [
+                (r.tokens or 0, r.position) for r, was in zip(fresh, appended, strict=True) if r is not was
+            ]
+            pending = (made, fresh[-1].position)
             after = fresh[0].position - 1
         else:
             pending = self.store.count_pending(limit=BATCH)
@@ -374,22 +377,26 @@ class Materializer:
                 # all (about 5% of a rebuild's CPU, one collection a batch).
                 with gc_paused(), self.store.atomic(durable=False, wait=reading or not fresh) as conn:
                     # Read inside the write lock: another process may have advanced them meanwhile.
+                    if dialect_of(conn).remote and hasattr(conn, "prefetch"):
+                        conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())])  # one round trip
                     limit, kept = watermark_and_checkpoints(conn)
+                    counts: tuple[list[tuple[int, int]], int] | None = None  # written with the rows below
                     if pending is not None:
                         if after is not None and limit < after:
                             # Older events still wait for their counts (a catch-up that did not run):
                             # the general path counts them all.
                             pending = None
                             break
-                        write_token_counts(conn, *pending)
-                        limit = max(limit, pending[1])
-                        pending = None
+                        counts, pending = pending, None
+                        limit = max(limit, counts[1])
                     starts = {p.name: kept[p.name][0] if p.name in kept else 0 for p in self.projections}
                     if through is not None:
                         limit = min(limit, through)
                     start = min(starts.values(), default=limit)
                     end = min(limit, start + BATCH)
                     if end <= start:
+                        if counts is not None:
+                            write_token_counts(conn, *counts)
                         return start
                     wanted = union_types(p.types for p in self.projections if starts[p.name] < end)
                     remembering: dict[str, dict[Any, Any]] | None = None
@@ -408,6 +415,8 @@ class Materializer:
                             own_turn = True
                     else:
                         records = records_between(conn, start, end, wanted)
+                        if counts is not None:  # read before the counts are written (just below)
+                            records = with_counts(records, counts[0])
                     if remembering is None:
                         if any(own != carried_at for own in starts.values()) or any(
                             len(memo) > MEMO_KEYS for memo in carried.values()
@@ -419,6 +428,9 @@ class Materializer:
                     # On a server the writes go together up to each read (a no-op on SQLite); a
                     # failure rolls the whole transaction back, as before.
                     with dialect_of(conn).pipeline(conn):
+                        if counts is not None:
+                            # Queued with the projections' rows: on a server, no round trip of its own.
+                            write_token_counts(conn, *counts)
                         moved = []
                         for projection in self.projections:
                             own = starts[projection.name]

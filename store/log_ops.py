@@ -5,6 +5,7 @@ between two positions, a session version's position, and the token-count waterma
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from turnlog.store.base import RecordedEvent
 from turnlog.store.dialect import Connection, dialect_of
@@ -34,10 +35,12 @@ def position_of(conn: Connection, session_id: str, version: int) -> int | None:
     return sqlite_position_of(conn, session_id, version)
 
 
-# What :func:`counted_through` reads on PostgreSQL: the watermark (store.pg_tokens), kept here as
-# text so that the projections read it without importing the driver.
+# What :func:`counted_through` reads on PostgreSQL, kept here as text so that the projections read it
+# without importing the driver: the position before the first placed event still waiting for its
+# count (a probe of the partial index of such rows: store.pg_schema migration 4), else the head.
 PG_COUNTED_THROUGH = (
-    "SELECT coalesce((SELECT value::bigint FROM turnlog_meta WHERE key = 'tokens_counted_through'), 0)"
+    "SELECT coalesce((SELECT min(position) FROM event_log WHERE tokens IS NULL AND position IS NOT NULL)"
+    " - 1, (SELECT coalesce(max(position), 0) FROM events))"
 )
 
 
@@ -63,30 +66,34 @@ def counted_through_expr(conn: Connection) -> str:
 
 def write_token_counts(conn: Connection, counts: Sequence[tuple[int, int]], through: int) -> None:
     """Store deferred token counts (``(tokens, position)`` pairs) and move the watermark to
-    ``through``, inside the caller's transaction."""
+    ``through``, inside the caller's transaction (PostgreSQL keeps no watermark: the rows still
+    without a count say it)."""
     if dialect_of(conn).name == "postgresql":
         from turnlog.store.pg_tokens import pg_write_token_counts
 
-        pg_write_token_counts(conn, counts, through)  # a QmarkConnection there
+        pg_write_token_counts(conn, counts)  # a QmarkConnection there
         return
     from turnlog.store.sqlite_tokens import write_token_counts as sqlite_write_token_counts
 
     sqlite_write_token_counts(conn, counts, through)
 
 
-def advance_watermark(conn: Connection, start: int, end: int) -> None:
-    """Move the watermark to ``end`` if every event up to ``start`` is counted, inside the caller's
-    transaction: the events after ``start`` up to ``end`` were stored with their counts (an append
-    that counted them before its commit). Otherwise it stays, and a catch-up moves it."""
-    if dialect_of(conn).name == "postgresql":
-        conn.execute(
-            "UPDATE turnlog_meta SET value = ? WHERE key = 'tokens_counted_through' "
-            "AND value::bigint >= ? AND value::bigint < ?",
-            (str(end), start, end),
-        )
-        return
-    if counted_through(conn) >= start:
-        write_token_counts(conn, (), end)
+def with_counts(records: list[RecordedEvent], counts: Sequence[tuple[int, int]]) -> list[RecordedEvent]:
+    """``records`` with the counts of ``counts`` (``(tokens, position)`` pairs) given to those read
+    without one."""
+    if all(r.tokens is not None for r in records):
+        return records
+    by_position = {position: tokens for tokens, position in counts}
+    return [
+        replace(r, tokens=by_position[r.position]) if r.tokens is None and r.position in by_position else r
+        for r in records
+    ]
 
 
-__all__ = ["advance_watermark", "counted_through", "position_of", "records_between", "write_token_counts"]
+__all__ = [
+    "counted_through",
+    "position_of",
+    "records_between",
+    "with_counts",
+    "write_token_counts",
+]

@@ -321,7 +321,7 @@ class PgReadingStore(PostgresBase):
                     "stopped before placing them): open the store for writing, e.g. `turnlog verify` "
                     "without a read-only role, to place them",
                 )
-            # A count missing at or below the watermark is a fault; above it, one still to be made.
+            # (No count is ever missing below this: the first row without one says where it is.)
             counted = int((conn.execute(PG_COUNTED_THROUGH).fetchone() or (0,))[0])
             check = ChainCheck(
                 findings, self.count_event_tokens, self.tokenizer, counted, self.salt, pg_hash_at(conn)

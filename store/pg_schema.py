@@ -5,8 +5,8 @@ One PostgreSQL schema holds one store. The tables mirror SQLite's, with what a D
 constraints, ``bigint`` positions and versions, comments, and immutability enforced by the database
 itself (triggers refusing UPDATE, DELETE and TRUNCATE on events and blobs; verify checks that they
 are all there and enabled). A row changes at most twice, each once and each checked by the update
-trigger: placed in the global order (position and order hash) and given its token count, as on
-SQLite (counted after the commit, migration 4). Migrations are append-only: a released one is never
+trigger: placed in the global order (position and order hash), and given its token count when that
+was deferred past the commit (migration 4), as on SQLite. Migrations are append-only: a released one is never
 edited, a change is a new one."""
 
 from __future__ import annotations
@@ -296,15 +296,36 @@ COMMENT ON PROCEDURE {APPEND_PROCEDURE}(integer, text, bigint, text, bigint, tex
     ),
 )
 
-# Migration 4: token counts made after the commit, as on SQLite. An append's durable commit is its
-# rows alone; the next catch-up (any process's read, or the writer's close) counts what waits and
-# fills the counts in, in a non-durable transaction, and moves the watermark ``tokens_counted_through``
-# in turnlog_meta (every placed event at or below it has its count). The update trigger lets a row's
-# NULL count become a count once, nothing else with it; placing stays as it was.
+# Migration 4: token counts may be made after the commit, as on SQLite (``token_counting="deferred"``,
+# store.pg_tokens; counting before the transaction stays the default here). Such an append's durable
+# commit is its rows alone, with NULL counts; the next catch-up (any process's read, or the writer's
+# close) counts what waits and fills the counts in. The update trigger lets a row's NULL count become
+# a count once, nothing else with it; placing stays as it was.
 _ENVELOPE = (
-    "row_id, session_id, version, event_id, type, schema_version, payload, blob_id, recorded_at, "
-    "prev_hash, hash, payload_digest"
+    "row_id",
+    "session_id",
+    "version",
+    "event_id",
+    "type",
+    "schema_version",
+    "payload",
+    "blob_id",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+    "payload_digest",
 )
+_SAME_ENVELOPE = (
+    f"({', '.join('NEW.' + c for c in _ENVELOPE)})\n        IS NOT DISTINCT FROM "
+    f"({', '.join('OLD.' + c for c in _ENVELOPE)})"
+)
+_PLACED = "OLD.position IS NULL AND NEW.position IS NOT NULL AND NEW.tokens IS NOT DISTINCT FROM OLD.tokens"
+"""Placed in the order once, its count as it was."""
+_COUNTED = (
+    "OLD.tokens IS NULL AND NEW.tokens IS NOT NULL\n"
+    "        AND (NEW.position, NEW.order_hash) IS NOT DISTINCT FROM (OLD.position, OLD.order_hash)"
+)
+"""Its count filled in once, its place as it was."""
 MIGRATIONS += (
     Migration(
         4,
@@ -312,27 +333,17 @@ MIGRATIONS += (
         f"""
 ALTER TABLE event_log ALTER COLUMN tokens DROP NOT NULL;
 COMMENT ON COLUMN event_log.tokens IS
-    'tokens the event adds to a context, with the store''s tokenizer; NULL from the commit until the '
-    'next catch-up counts it (then set once: see tokens_counted_through in turnlog_meta)';
-INSERT INTO turnlog_meta (key, value)
-    SELECT 'tokens_counted_through', max(position)::text FROM event_log HAVING max(position) IS NOT NULL;
+    'tokens the event adds to a context, with the store''s tokenizer; with token_counting="deferred", '
+    'NULL from the commit until the next catch-up counts it (then set once)';
+-- The rows still waiting for their count, and only they: with no count to make (counting inline, the
+-- default) it stays empty, and "every event up to here has its count" is one probe of it.
+CREATE INDEX event_log_uncounted ON event_log (position) WHERE tokens IS NULL;
 CREATE OR REPLACE FUNCTION {ORDER_ONLY_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF ({", ".join("NEW." + c for c in _ENVELOPE.split(", "))})
-        IS NOT DISTINCT FROM ({", ".join("OLD." + c for c in _ENVELOPE.split(", "))})
+    IF {_SAME_ENVELOPE}
+        AND (({_PLACED}) OR ({_COUNTED}))
     THEN
-        -- Placed in the order once, its count as it was.
-        IF OLD.position IS NULL AND NEW.position IS NOT NULL
-            AND NEW.tokens IS NOT DISTINCT FROM OLD.tokens
-        THEN
-            RETURN NEW;
-        END IF;
-        -- Its count filled in once, its place as it was.
-        IF OLD.tokens IS NULL AND NEW.tokens IS NOT NULL
-            AND (NEW.position, NEW.order_hash) IS NOT DISTINCT FROM (OLD.position, OLD.order_hash)
-        THEN
-            RETURN NEW;
-        END IF;
+        RETURN NEW;
     END IF;
     RAISE EXCEPTION 'turnlog: events are immutable; UPDATE is refused (only placing or counting once)'
         USING ERRCODE = 'integrity_constraint_violation';
@@ -341,6 +352,14 @@ $$;
 COMMENT ON FUNCTION {ORDER_ONLY_FUNCTION}() IS
     'turnlog: refuses every change to the log but placing a row in the order once and filling in '
     'its token count once';
+-- The allowed updates are told apart by the trigger's WHEN, an expression the server evaluates
+-- without calling PL/pgSQL for each row placed or counted; the function, called for every other
+-- update, checks the same again and refuses.
+DROP TRIGGER events_no_update ON event_log;
+CREATE TRIGGER events_no_update BEFORE UPDATE ON event_log FOR EACH ROW
+    WHEN (NOT ({_SAME_ENVELOPE}
+        AND (({_PLACED}) OR ({_COUNTED}))))
+    EXECUTE FUNCTION {ORDER_ONLY_FUNCTION}();
 """,
     ),
 )

@@ -2,8 +2,8 @@
 Projections get connections that take ``?`` placeholders (store.pg_qmark) in the store's schema;
 their rows are written inside each append's transaction (``within_append`` hooks, in a savepoint:
 a failure there leaves the events to commit alone and the catch-up after the commit redoes it) and
-caught up after it (``on_append`` hooks). Token counts are made after the commit (store.pg_tokens),
-or before it when a within-append hook is set (its projections need them).
+caught up after it (``on_append`` hooks). Token counts are made before the append's transaction,
+or after its commit with ``token_counting="deferred"`` (store.pg_tokens).
 
 A store opened ``readonly`` refuses appends; its projections are still caught up in the database
 when a read needs them (they are derived rows in a shared server, not a file a reader may not write)."""

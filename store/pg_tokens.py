@@ -1,14 +1,16 @@
-"""Token counts on PostgreSQL, made after the commit as on SQLite (store.sqlite_tokens): an append's
-durable commit is its rows alone, with a NULL count; the next catch-up (the writer's own, from the
-records it kept in memory, or any process's read) counts what waits, outside any transaction, and
-fills the counts in once (the update trigger allows nothing else), then moves the watermark
-``tokens_counted_through`` in turnlog_meta: every placed event at or below it has its count.
+"""Token counts on PostgreSQL made after the commit, as on SQLite (``token_counting="deferred"``;
+counting before the transaction stays PostgreSQL's default). Such an append's durable commit is its
+rows alone, with NULL counts; the next catch-up (the writer's own, from the records it kept in
+memory, or any process's read) counts what waits, outside any transaction, and fills the counts in
+once (the update trigger allows nothing else). No watermark is kept: "every placed event up to here
+has its count" is the position before the first row still waiting for one, a probe of the partial
+index of such rows (empty when every append counts inline, so the default pays nothing for it).
 
-Counting in the append cost a single-event append a fifth of its client CPU (~32 µs of 151): the
-tokenizer's tables are cold after each wait for the server, whatever the tokenizer. A read that
-finds events still waiting gives them their counts in memory (PgReadingStore.with_counts: the same
-counts, which depend only on the event and the tokenizer) rather than spend a round trip on every
-read to look for them."""
+Deferring took about a tenth of a single-event append's client CPU (116 µs against 128, the
+tokenizer's tables being cold after each wait for the server, whatever the tokenizer) but cost an
+agent's turn (an append, then a build) more: filling a count in is a new row version on the server.
+A read that finds events still waiting gives them their counts in memory
+(PgReadingStore.with_counts: the same counts, which depend only on the event and the tokenizer)."""
 
 from __future__ import annotations
 
@@ -21,17 +23,7 @@ from turnlog.store.log_ops import PG_COUNTED_THROUGH
 from turnlog.store.pg_qmark import QmarkConnection
 from turnlog.store.pg_reading import PgReadingStore, select_records
 
-WATERMARK_KEY = "tokens_counted_through"
-"""Every placed event at or below this position has its token count (no row: 0, before the first
-catch-up); log_ops.PG_COUNTED_THROUGH reads it."""
-
-_WATERMARK_AND_HEAD = f"SELECT ({PG_COUNTED_THROUGH}), (SELECT coalesce(max(position), 0) FROM events)"
-
-_MOVE_WATERMARK = (
-    f"INSERT INTO turnlog_meta (key, value) VALUES ('{WATERMARK_KEY}', ?) "
-    "ON CONFLICT (key) DO UPDATE SET value = excluded.value "
-    "WHERE turnlog_meta.value::bigint < excluded.value::bigint"
-)
+_COUNTED_AND_HEAD = f"SELECT ({PG_COUNTED_THROUGH}), (SELECT coalesce(max(position), 0) FROM events)"
 
 _FILL = (
     "UPDATE event_log SET tokens = v.tokens "
@@ -43,13 +35,11 @@ BATCH = 2000
 """Events counted per transaction by :meth:`PgTokenCounting.catch_up_tokens`."""
 
 
-def pg_write_token_counts(conn: QmarkConnection, counts: Sequence[tuple[int, int]], through: int) -> None:
+def pg_write_token_counts(conn: QmarkConnection, counts: Sequence[tuple[int, int]]) -> None:
     """Store counts made by :meth:`PgTokenCounting.count_pending` (``(tokens, position)`` pairs) inside
-    the caller's transaction: a count another process filled in meanwhile is kept, and the
-    watermark only moves forward (to ``through``)."""
+    the caller's transaction; a count another process filled in meanwhile is kept."""
     if counts:
         conn.execute(_FILL, ([tokens for tokens, _ in counts], [position for _, position in counts]))
-    conn.execute(_MOVE_WATERMARK, (str(through),))
 
 
 class PgTokenCounting(PgReadingStore):
@@ -65,7 +55,7 @@ class PgTokenCounting(PgReadingStore):
         """How many placed events wait for their token count."""
         with self.connection() as conn:
             row = conn.execute(
-                f"SELECT count(*) FROM events WHERE position > ({PG_COUNTED_THROUGH}) AND tokens IS NULL"
+                "SELECT count(*) FROM event_log WHERE tokens IS NULL AND position IS NOT NULL"
             ).fetchone()
         return int(row[0]) if row else 0
 
@@ -74,7 +64,7 @@ class PgTokenCounting(PgReadingStore):
         transaction: (``[(tokens, position), ...]``, the position every event up to which is then
         counted), for :func:`pg_write_token_counts`; None when nothing waits."""
         with self.connection() as conn:
-            start, head = conn.execute(_WATERMARK_AND_HEAD).fetchone() or (0, 0)
+            start, head = conn.execute(_COUNTED_AND_HEAD).fetchone() or (0, 0)
             if start >= head:
                 return None
             where = "WHERE e.position > %s AND e.position <= %s AND e.tokens IS NULL ORDER BY e.position"
@@ -112,24 +102,16 @@ class PgTokenCounting(PgReadingStore):
             if target is None:
                 target = through if len(counts) < BATCH else self.head_position()
             with self.atomic(durable=False) as conn:
-                pg_write_token_counts(conn, counts, through)
+                pg_write_token_counts(conn, counts)
             counted += len(counts)
-            if through >= target:
+            if through >= target or not counts:
                 return counted
 
     def counted_position(self) -> int:
         """Every event at or below this position has its token count."""
         with self.connection() as conn:
-            row = conn.execute(
-                "SELECT coalesce((SELECT min(position) - 1 FROM events "
-                f"WHERE position > ({PG_COUNTED_THROUGH}) AND tokens IS NULL), "
-                "(SELECT coalesce(max(position), 0) FROM events))"
-            ).fetchone()
+            row = conn.execute(PG_COUNTED_THROUGH).fetchone()
         return int(row[0]) if row else 0
 
 
-__all__ = [
-    "WATERMARK_KEY",
-    "PgTokenCounting",
-    "pg_write_token_counts",
-]
+__all__ = ["PgTokenCounting", "pg_write_token_counts"]

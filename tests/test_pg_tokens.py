@@ -1,7 +1,8 @@
-"""Token counts on PostgreSQL, made after the commit as on SQLite (store.pg_tokens): an append stores
-its rows without counts, the next catch-up fills them in once and moves the watermark, a read that
-finds events still waiting counts them in memory, the database lets a missing count be filled in and
-nothing else, and verify tells a count still to be made from one that went missing."""
+"""Token counts on PostgreSQL made after the commit, as on SQLite (``token_counting="deferred"``,
+store.pg_tokens): an append stores its rows without counts, the next catch-up fills them in once, a
+read that finds events still waiting counts them in memory, the database lets a missing count be
+filled in and nothing else, and verify checks every count made. Counting inline, before the
+transaction, stays PostgreSQL's default, and costs it nothing of this."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
 
 @pytest.fixture
 def pg(pg_schema: str) -> Iterator[PostgresStore]:
-    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=2) as s:
+    with PostgresStore.open(pg_url(), schema=pg_schema, pool_size=2, token_counting="deferred") as s:
         yield s
 
 
@@ -33,9 +34,10 @@ def _stored(schema: str) -> list[tuple[Any, ...]]:
     return sql("SELECT position, tokens FROM events ORDER BY position", schema)
 
 
-def _watermark(schema: str) -> int | None:
-    rows = sql("SELECT value FROM turnlog_meta WHERE key = 'tokens_counted_through'", schema)
-    return int(str(rows[0][0])) if rows else None
+def _uncounted(schema: str) -> int:
+    """Rows in the partial index of those waiting for a count (what counted_position probes)."""
+    rows = sql("SELECT count(*) FROM event_log WHERE tokens IS NULL", schema)
+    return int(str(rows[0][0]))
 
 
 def test_an_append_commits_without_counts_and_a_catch_up_fills_them_in(pg: PostgresStore) -> None:
@@ -52,10 +54,10 @@ def test_an_append_commits_without_counts_and_a_catch_up_fills_them_in(pg: Postg
     assert pg.read_session("t")[0].tokens == independent_count(records[-2].event)
     assert pg.get_event(records[0].event.event_id).tokens == independent_count(records[0].event)
     assert [tokens for _, tokens in _stored(pg.schema)] == [None] * len(records)
-    # The catch-up stores them, once, and moves the watermark to the head.
+    # The catch-up stores them, once: every event is counted up to the head.
     assert pg.catch_up_tokens() == len(records)
     assert [tokens for _, tokens in _stored(pg.schema)] == [independent_count(r.event) for r in records]
-    assert _watermark(pg.schema) == len(records) == pg.counted_position()
+    assert pg.counted_position() == len(records) and _uncounted(pg.schema) == 0
     assert pg.catch_up_tokens() == 0 and pg.pending_token_counts() == 0
     assert pg.verify().ok
 
@@ -74,13 +76,17 @@ def test_counts_are_the_same_as_sqlite_ones(pg: PostgresStore, tmp_path: Any) ->
         ]
 
 
-def test_inline_counting_stores_every_count_with_its_row(pg_schema: str) -> None:
-    with PostgresStore.open(pg_url(), schema=pg_schema, token_counting="inline") as pg:
+def test_inline_counting_the_default_stores_every_count_with_its_row(pg_schema: str) -> None:
+    with PostgresStore.open(pg_url(), schema=pg_schema) as pg:
         records = pg.append("s", example_events())
         assert all(r.tokens == independent_count(r.event) for r in records)
         assert [tokens for _, tokens in _stored(pg_schema)] == [r.tokens for r in records]
-        assert pg.catch_up_tokens() == 0
-        assert _watermark(pg_schema) == len(records)  # the catch-up found nothing to count: only moved it
+        assert pg.catch_up_tokens() == 0 and pg.counted_position() == len(records)
+        plan = sql(
+            "EXPLAIN SELECT min(position) FROM event_log WHERE tokens IS NULL AND position IS NOT NULL",
+            pg_schema,
+        )
+        assert "event_log_uncounted" in " ".join(str(row[0]) for row in plan)  # a probe, not a scan
     with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline'"):
         PostgresStore.open(pg_url(), schema=pg_schema, token_counting="later")  # type: ignore[arg-type]
 
@@ -96,8 +102,10 @@ def test_sessions_count_what_waits_before_summing(pg: PostgresStore) -> None:
 
 def test_another_process_catch_up_and_the_writers_own_agree(pg_schema: str) -> None:
     url = f"{pg_url()}?schema={pg_schema}"
-    writer = turnlog.open_store(url)
-    reader = turnlog.open_store(url)
+    writer = turnlog.open_store(url, token_counting="deferred")
+    reader = turnlog.open_store(
+        url
+    )  # counts inline, the default: its catch-up counts what waits all the same
     try:
         writer.append("s", [msg(f"turn {i}") for i in range(5)])
         # The reader's read catches the log up: counts and projections, from the checkpoints.
@@ -111,7 +119,7 @@ def test_another_process_catch_up_and_the_writers_own_agree(pg_schema: str) -> N
     assert [tokens for _, tokens in _stored(pg_schema)] == [
         independent_count(msg(f"turn {i}")) for i in range(6)
     ]
-    assert _watermark(pg_schema) == 6
+    assert _uncounted(pg_schema) == 0
 
 
 @pytest.mark.parametrize(
@@ -141,17 +149,14 @@ def test_the_database_lets_a_missing_count_be_filled_in_and_nothing_else(
         assert _stored(pg.schema)[1] == (2, None)
 
 
-def test_verify_tells_a_count_to_be_made_from_a_missing_or_wrong_one(pg: PostgresStore) -> None:
+def test_verify_checks_every_count_made(pg: PostgresStore) -> None:
     pg.append("s", [msg("one"), msg("two"), msg("three")])
     assert pg.verify().ok  # counts still to be made: nothing wrong
     sql("UPDATE event_log SET tokens = 99 WHERE position = 1", pg.schema)  # a wrong count, filled in once
     report = pg.verify()
     assert not report.ok and report.first_bad_position == 1
     assert any("position 1: stored token count 99, recomputed" in p for p in report.problems)
-    # The watermark says every count up to 3 is made: the missing ones are faults now.
-    sql("INSERT INTO turnlog_meta VALUES ('tokens_counted_through', '3')", pg.schema)
-    problems = pg.verify().problems
-    assert any("position 2: token count missing, though counted up to 3" in p for p in problems)
+    assert pg.counted_position() == 1  # position 2 waits: what follows is not counted yet
 
 
 def test_a_store_of_an_older_schema_keeps_its_counts_and_starts_counted(pg_schema: str) -> None:
@@ -159,31 +164,30 @@ def test_a_store_of_an_older_schema_keeps_its_counts_and_starts_counted(pg_schem
     write_pg_v1(pg_url(), pg_schema, batches)
     before = [tokens for _, tokens in _stored(pg_schema)]
     assert None not in before
-    with PostgresStore.open(pg_url(), schema=pg_schema) as pg:
-        assert _watermark(pg_schema) == 3  # migration 4: every row it found has its count
-        assert pg.pending_token_counts() == 0 and pg.counted_position() == 3
+    with PostgresStore.open(pg_url(), schema=pg_schema, token_counting="deferred") as pg:
+        assert pg.pending_token_counts() == 0 and pg.counted_position() == 3  # migration 4 keeps them
         assert [tokens for _, tokens in _stored(pg_schema)] == before
         assert pg.verify().ok
         pg.append("t", [msg("four")])
+        assert pg.counted_position() == 3
         assert pg.catch_up_tokens() == 1
-        assert _watermark(pg_schema) == 4
+        assert pg.counted_position() == 4
 
 
-def test_an_append_applied_within_its_transaction_moves_the_watermark_itself(
+def test_an_append_applied_within_its_transaction_leaves_nothing_to_count(
     pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from turnlog.projections.registry import materializer
 
-    with PostgresStore.open(pg_url(), schema=pg_schema) as pg:
+    with PostgresStore.open(pg_url(), schema=pg_schema, token_counting="deferred") as pg:
         kept = materializer(pg)
         pg.within_append(kept.apply_within)
         pg.on_append(lambda records: kept.catch_up(appended=records))
         first = pg.append("s", [msg("one"), msg("two")])  # counted before (a hook needs them)
         assert all(r.tokens is not None for r in first)
-        assert _watermark(pg_schema) == 2  # the catch-up after the first commit made the tables
         more = pg.append("s", [msg("three")])  # applied in its own transaction, with its count
         assert more[0].tokens == independent_count(msg("three"))
-        assert _watermark(pg_schema) == 3  # moved in that transaction: nothing left to count
+        assert _uncounted(pg_schema) == 0
 
         def refuse(*args: object) -> object:
             raise AssertionError("a catch-up had work to do")

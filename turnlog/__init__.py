@@ -108,7 +108,7 @@ def open_store(
     tokenizer: str | None = None,
     create: bool = True,
     synchronous: Synchronous = "FULL",
-    token_counting: TokenCounting = "deferred",
+    token_counting: TokenCounting | None = None,
     readonly: bool = False,
 ) -> Store:
     """Open (or create) the store at ``path``: a SQLite file, or a PostgreSQL URL
@@ -120,6 +120,10 @@ def open_store(
     appends: an append is the log's durable commit alone, and the next read (each read, in any
     process, catches up first) counts and applies what was appended, from memory, in one
     non-durable transaction (closing the store does it too, so a writer leaves its store caught up).
+    ``token_counting``: when an event's tokens are counted, ``"deferred"`` (after the commit, by that
+    catch-up) or ``"inline"`` (before the append's transaction); by default deferred on SQLite, where
+    filling in a count is a write in place, and inline on PostgreSQL, where it is a new row version
+    that cost an agent's turn (append, then build) more on the server than counting saved the append.
     ``readonly=True`` opens an existing store for reading only: appends are refused; a SQLite file is
     never written to and never waited for (what writers have not materialized yet is folded in memory
     for its reads)."""
@@ -144,7 +148,7 @@ def open_backend(
     tokenizer: str | None = None,
     create: bool = True,
     synchronous: Synchronous = "FULL",
-    token_counting: TokenCounting = "deferred",
+    token_counting: TokenCounting | None = None,
     readonly: bool = False,
 ) -> Store:
     """The store at ``path`` (a SQLite file or a PostgreSQL URL), opened as it is, without
@@ -152,7 +156,10 @@ def open_backend(
     advances them its own way)."""
     if is_postgres_url(path):
         store = _open_postgres(
-            str(path), tokenizer=tokenizer, create=create and not readonly, token_counting=token_counting
+            str(path),
+            tokenizer=tokenizer,
+            create=create and not readonly,
+            token_counting=token_counting or "inline",
         )
         store.refuse_appends = readonly  # type: ignore[attr-defined]
         return store
@@ -163,7 +170,7 @@ def open_backend(
         tokenizer=tokenizer,
         create=create,
         synchronous=synchronous,
-        token_counting=token_counting,
+        token_counting=token_counting or "deferred",
         readonly=readonly,
     )
 

@@ -83,15 +83,14 @@ def floor_append(n: int, batch: int = 1, *, explicit: bool = False) -> float:
         return n / (time.perf_counter() - start)
 
 
-def turnlog_append(n: int, batch: int = 1, *, projections: bool = True) -> float:
-    """``store.append`` of ``batch`` events per call: events/s (``projections``: advanced in each
-    append's transaction, as ``turnlog.open_store`` does)."""
+def turnlog_append(n: int, batch: int = 1, *, counting: str | None = None) -> float:
+    """``store.append`` of ``batch`` events per call on a store opened with ``turnlog.open_store``:
+    events/s (``counting``: its ``token_counting``, else PostgreSQL's default, inline)."""
     import turnlog
-    from turnlog.store.postgres import PostgresStore
 
     with schema() as name:
         url = f"{server()}?schema={name}"
-        store = turnlog.open_store(url) if projections else PostgresStore.open(server(), schema=name)
+        store = turnlog.open_store(url, **({"token_counting": counting} if counting else {}))
         try:
             events = [_message(i) for i in range(n)]
             # The projections' tables are made at the first append: not timed (the floor's table
@@ -101,6 +100,28 @@ def turnlog_append(n: int, batch: int = 1, *, projections: bool = True) -> float
             for first in range(0, n, batch):
                 store.append("s", events[first : first + batch])
             return n / (time.perf_counter() - start)
+        finally:
+            store.close()
+
+
+def turn_then_build(turns: int, counting: str) -> float:
+    """Milliseconds of an agent's turn: two messages appended (two durable appends), then a context
+    built, on a session of 400 messages, with ``token_counting=counting``."""
+    import turnlog
+
+    with schema() as name:
+        store = turnlog.open_store(f"{server()}?schema={name}", token_counting=counting)
+        try:
+            policy = turnlog.ContextPolicy(budget=BUDGET)
+            for i in range(200):
+                store.append("s", [_message(2 * i), _message(2 * i + 1)])
+            turnlog.build_context(store, "s", policy)
+            start = time.perf_counter()
+            for i in range(turns):
+                store.append("s", [_message(1000 + 2 * i)])
+                store.append("s", [_message(1001 + 2 * i)])
+                turnlog.build_context(store, "s", policy)
+            return (time.perf_counter() - start) * 1000 / turns
         finally:
             store.close()
 
@@ -346,7 +367,7 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
                 "floor_append": lambda: floor_append(n // ROUNDS),
                 "floor_append_explicit": lambda: floor_append(n // ROUNDS, explicit=True),
                 "rows_append": lambda: rows_append(n // ROUNDS),
-                "turnlog_append_log": lambda: turnlog_append(n // ROUNDS, projections=False),
+                "turnlog_append_deferred": lambda: turnlog_append(n // ROUNDS, counting="deferred"),
                 "turnlog_append": lambda: turnlog_append(n // ROUNDS),
             }
         )
@@ -357,8 +378,22 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
             {
                 "floor_batch": lambda: floor_append(max(1000, n * 5 // ROUNDS), batch=1000),
                 "turnlog_batch": lambda: turnlog_append(max(1000, n * 5 // ROUNDS), batch=1000),
+                "turnlog_batch_deferred": lambda: turnlog_append(
+                    max(1000, n * 5 // ROUNDS), batch=1000, counting="deferred"
+                ),
             }
         )
+    )
+    log("postgres: a turn (two appends), then a build, token counts made inline and deferred")
+    turns = 20 if quick else 100
+    result["turn_inline"], result["turn_deferred"] = (
+        1000 / rate
+        for rate in _interleaved(
+            {
+                "inline": lambda: 1000 / turn_then_build(turns, "inline"),
+                "deferred": lambda: 1000 / turn_then_build(turns, "deferred"),
+            }
+        ).values()
     )
     log("postgres: writer processes on sessions of their own")
     per_writer = n // 4 if quick else 500
@@ -401,9 +436,9 @@ def render(result: dict[str, Any], command: str) -> str:
         "|---|---:|---:|---:|---|",
         f"| durable append, 1 event per commit (events/s) | {result['turnlog_append']:,.0f} | "
         f"{result['floor_append']:,.0f} | {one:.2f}× | ≥ 0.8× floor: {_met(one >= 0.8)} |",
-        "| the same, the log alone (no projections in the transaction) | "
-        f"{result['turnlog_append_log']:,.0f} | "
-        f"{result['floor_append']:,.0f} | {result['turnlog_append_log'] / result['floor_append']:.2f}× | |",
+        '| the same, token counts made after the commit (`token_counting="deferred"`) | '
+        f"{result['turnlog_append_deferred']:,.0f} | {result['floor_append']:,.0f} | "
+        f"{result['turnlog_append_deferred'] / result['floor_append']:.2f}× | |",
         "| the same against the floor's INSERT sent as BEGIN, INSERT, COMMIT (three round trips) | "
         f"{result['turnlog_append']:,.0f} | {result['floor_append_explicit']:,.0f} | "
         f"{result['turnlog_append'] / result['floor_append_explicit']:.2f}× | |",
@@ -414,6 +449,13 @@ def render(result: dict[str, Any], command: str) -> str:
         f"{result['turnlog_append'] / result['rows_append']:.2f}×) | |",
         f"| batch append, 1,000 per commit (events/s) | {result['turnlog_batch']:,.0f} | "
         f"{result['floor_batch']:,.0f} | {result['turnlog_batch'] / result['floor_batch']:.2f}× | |",
+        "| the same, token counts made after the commit | "
+        f"{result['turnlog_batch_deferred']:,.0f} | {result['floor_batch']:,.0f} | "
+        f"{result['turnlog_batch_deferred'] / result['floor_batch']:.2f}× | |",
+        "| an agent's turn: two durable appends, then a build (ms; inline counts, the default, against "
+        "deferred ones) | "
+        f"{result['turn_inline']:.2f} | {result['turn_deferred']:.2f} (deferred) | "
+        f"{result['turn_deferred'] / result['turn_inline']:.2f}× as long deferred | |",
     ]
     floors = result["floor_writers"]
     floor_scale = floors[8] / floors[1]
@@ -470,15 +512,19 @@ def render(result: dict[str, Any], command: str) -> str:
         "append left, and the locks, the server's check of those heads and the inserts go as one "
         "statement prepared on the server, its own transaction (store/pg_fast.py; the values are "
         "parameters, not SQL text); the projections' rows are applied at the writer's next "
-        "read or close, as on SQLite, so the two append rows measure the same path (their difference "
-        "is the order they run in). turnlog's own statements of those appends, sent again by plain "
+        "read or close, as on SQLite. Its tokens are counted before the transaction (PostgreSQL's "
+        "default): counted after the commit instead, as on SQLite, the append is a little faster, "
+        "but an agent's turn, which appends and then builds, pays more: each count filled in after "
+        "the commit is a new row version on the server (see the turn row). "
+        "turnlog's own statements of those appends, sent again by plain "
         f"psycopg with their values ready (scripts/benchlib/pg_rows.py), run at "
         f"{result['rows_append'] / result['floor_append']:.2f}× the floor: that is the server's cost "
         "of the schema and the statement (the session's lock and heads checked, the row's unique "
         "keys); what turnlog costs beyond them "
         f"(turnlog ÷ them {result['turnlog_append'] / result['rows_append']:.2f}×) is its client: the "
         "event checked and its tokens counted, its hashes, the pool. A batch of 1,000 copies its rows "
-        "(binary COPY) after its checks; tokenizing and checking each event is most of the rest. "
+        "(binary COPY) after its checks; checking, hashing and (inline) tokenizing each event is most "
+        "of the rest. "
         "A warm build is one prepared statement (the "
         "projections' freshness, the header, the retained rows and the tail, projections/context_start.py) "
         "where the floor reads one query; it joins to their events only the rows whose decoded "
