@@ -11,6 +11,7 @@ from turnlog.store.dialect import Connection, dialect_of
 from turnlog.store.log_ops import counted_through, counted_through_expr
 
 POSITIONS = "SELECT name, position FROM projection_checkpoints"
+HEAD = "SELECT coalesce(max(position), 0) FROM events"
 
 
 def watermark_and_checkpoints(conn: Connection) -> tuple[int, dict[str, tuple[int, int]]]:

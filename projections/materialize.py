@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from turnlog.projections.batch_types import TypeFilter, union_types
+from turnlog.projections.checkpoints import HEAD as _HEAD
 from turnlog.projections.checkpoints import POSITIONS as _POSITIONS
 from turnlog.projections.checkpoints import (
     checkpoint_of,
@@ -345,22 +346,25 @@ class Materializer:
             pending = (made, fresh[-1].position)
             after = fresh[0].position - 1
         else:
-            pending = self.store.count_pending(limit=BATCH)
-            if pending is not None and len(pending[0]) >= BATCH:
-                self.store.catch_up_tokens()  # a large backlog: in its own batches first
-                pending = None
+            # On a server whether any count waits is read with the checkpoints below (one round trip).
+            server = getattr(self.store, "dialect", None)
+            pending = None if server is not None and server.remote else self._pending_counts()
         # What the projections kept in memory of their rows at this process's last catch-up of its
         # own appends (handed over: an apply changes them; kept again once this commit succeeds).
         memos = self._take_memo(after) if after is not None else None
         if pending is None:
             with self.store.reading() as conn:
-                if dialect_of(conn).remote and hasattr(conn, "prefetch"):
+                prefetch = dialect_of(conn).remote and hasattr(conn, "prefetch")
+                if prefetch:
                     # One round trip, its snapshot's end included (nothing else is read here).
-                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ())], last=True)
+                    conn.prefetch([(PG_COUNTED_THROUGH, ()), (_POSITIONS, ()), (_HEAD, ())], last=True)
                 counted, kept = watermark_and_checkpoints(conn)
+                waiting = prefetch and not fresh and counted < int(conn.execute(_HEAD).fetchone()[0])
                 limit = counted if through is None else min(counted, through)
                 checkpoints = [kept[p.name][0] if p.name in kept else 0 for p in self.projections]
-            if checkpoints and min(checkpoints) >= limit:
+            if waiting:
+                pending = self._pending_counts()
+            elif checkpoints and min(checkpoints) >= limit:
                 return min(checkpoints)  # up to date: no write lock taken
         # What each projection kept in memory of its rows (see Projection.apply_remembering), carried
         # from one batch to the next of this catch-up: true of the rows while every checkpoint
@@ -458,6 +462,14 @@ class Materializer:
                 # read catches these events up.
                 return after or 0
         return self.catch_up(through=through, progress=progress)
+
+    def _pending_counts(self) -> tuple[list[tuple[int, int]], int] | None:
+        """store.count_pending, or None: none wait, or a large backlog was stored in batches first."""
+        pending = self.store.count_pending(limit=BATCH)
+        if pending is not None and len(pending[0]) >= BATCH:
+            self.store.catch_up_tokens()
+            return None
+        return pending
 
     def _fold(self, through: int | None) -> int:
         """A read-only store's catch-up, in temp tables on its connection (see the module's doc)."""

@@ -194,3 +194,28 @@ def test_an_append_applied_within_its_transaction_leaves_nothing_to_count(
 
         monkeypatch.setattr(pg, "count_pending", refuse)
         assert kept.current_head("s") == (3, 3)
+
+
+def test_a_readers_catch_up_looks_for_counts_to_make_in_its_one_first_round_trip(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers.postgres import sent_queries
+    from turnlog.projections.registry import materializer
+
+    url = f"{pg_url()}?schema={pg_schema}"
+    with turnlog.open_store(url) as writer, turnlog.open_store(url) as reader:
+        writer.append("s", [msg("one"), msg("two")])  # counted inline, the default
+        sent = sent_queries(monkeypatch)
+        assert materializer(reader).catch_up() == 2
+        looked = [q for q in sent if "event_log WHERE tokens IS NULL" in q]
+        # Only ever with the checkpoints (the reading's first round trip, and the write's in its
+        # lock), never a round trip of its own.
+        assert looked and all("projection_checkpoints" in q for q in looked)
+        monkeypatch.undo()
+    with turnlog.open_store(url, token_counting="deferred") as writer, turnlog.open_store(url) as reader:
+        writer.append("s", [msg("three")])
+        sent = sent_queries(monkeypatch)
+        assert materializer(reader).catch_up() == 3  # seen waiting there, then counted and stored
+        assert any("UPDATE event_log SET tokens" in q for q in sent)
+        monkeypatch.undo()
+        assert _uncounted(pg_schema) == 0
