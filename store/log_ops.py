@@ -4,7 +4,7 @@ between two positions, a session version's position, and the token-count waterma
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from turnlog.store.base import RecordedEvent
@@ -90,7 +90,34 @@ def with_counts(records: list[RecordedEvent], counts: Sequence[tuple[int, int]])
     ]
 
 
+def catch_up_in_batches(
+    count_pending: Callable[[], tuple[list[tuple[int, int]], int] | None],
+    head_position: Callable[[], int],
+    write: Callable[[list[tuple[int, int]], int], None],
+    batch: int,
+) -> int:
+    """Count the events waiting for their token count, a batch at a time (``count_pending``: up to
+    ``batch`` counts and the position they reach), each batch stored by ``write(counts, through)``;
+    only up to the head seen on entry, so that a writer appending faster than the tokenizer counts
+    never keeps a reader here (what it adds meanwhile is counted by the next catch-up). Returns how
+    many were counted."""
+    counted = 0
+    target: int | None = None
+    while True:
+        pending = count_pending()
+        if pending is None:
+            return counted
+        counts, through = pending
+        if target is None:
+            target = through if len(counts) < batch else head_position()
+        write(counts, through)
+        counted += len(counts)
+        if through >= target or not counts:
+            return counted
+
+
 __all__ = [
+    "catch_up_in_batches",
     "counted_through",
     "position_of",
     "records_between",

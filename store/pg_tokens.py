@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from turnlog.store.errors import CorruptStoreError
-from turnlog.store.log_ops import PG_COUNTED_THROUGH
+from turnlog.store.log_ops import PG_COUNTED_THROUGH, catch_up_in_batches
 from turnlog.store.pg_qmark import QmarkConnection
 from turnlog.store.pg_reading import PgReadingStore, select_records
 
@@ -90,22 +90,13 @@ class PgTokenCounting(PgReadingStore):
         return counts, (pending[-1].position if full else int(head))
 
     def catch_up_tokens(self) -> int:
-        """Count and store the counts of the events waiting for one (up to the head seen on entry:
-        what writers add meanwhile is counted by the next catch-up); returns how many."""
-        counted = 0
-        target: int | None = None
-        while True:
-            pending = self.count_pending()
-            if pending is None:
-                return counted
-            counts, through = pending
-            if target is None:
-                target = through if len(counts) < BATCH else self.head_position()
+        """Count and store the counts of the events waiting for one; returns how many."""
+
+        def write(counts: list[tuple[int, int]], _through: int) -> None:
             with self.atomic(durable=False) as conn:
                 pg_write_token_counts(conn, counts)
-            counted += len(counts)
-            if through >= target or not counts:
-                return counted
+
+        return catch_up_in_batches(self.count_pending, self.head_position, write, BATCH)
 
     def counted_position(self) -> int:
         """Every event at or below this position has its token count."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from turnlog.store.append_rules import event_tokens
 from turnlog.store.events import Event
+from turnlog.store.log_ops import catch_up_in_batches
 from turnlog.store.readonly import fold_token_counts
 from turnlog.store.rows import select_decodable
 from turnlog.store.sqlite_connection import SQLiteBase, translate
@@ -53,22 +54,12 @@ class TokenCountingStore(SQLiteBase):
     def catch_up_tokens(self) -> int:
         if self.readonly:
             return self._fold_tokens()
-        # Only up to the head seen on entry: a writer appending faster than tiktoken counts must not
-        # keep a reader here; what it adds meanwhile is counted by the next read.
-        counted = 0
-        target: int | None = None
-        while True:
-            pending = self.count_pending()
-            if pending is None:
-                return counted
-            counts, through = pending
-            if target is None:
-                target = through if len(counts) < 2000 else self.head_position()
+
+        def write(counts: list[tuple[int, int]], through: int) -> None:
             with self.atomic() as conn:
                 write_token_counts(conn, counts, through)
-            counted += len(counts)
-            if through >= target:
-                return counted
+
+        return catch_up_in_batches(self.count_pending, self.head_position, write, 2000)
 
     def _fold_tokens(self) -> int:
         """A read-only store's catch-up: the counts are made as a writer would make them, but kept
