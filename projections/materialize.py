@@ -27,6 +27,7 @@ from turnlog.projections.checkpoints import (
     watermark_and_checkpoints,
 )
 from turnlog.projections.projection import Projection, copy_rows, fork_of, quiet_catch_up, quieted
+from turnlog.projections.rebuild_check import BATCH, RebuildCheck
 from turnlog.store import RecordedEvent, Store
 from turnlog.store.dialect import Connection, PostgresDialect, dialect_of
 from turnlog.store.errors import LockBusy
@@ -39,9 +40,6 @@ from turnlog.store.log_ops import (
     write_token_counts,
 )
 from turnlog.store.rows import gc_paused
-
-BATCH = 5000
-"""Events applied per transaction while catching up."""
 
 DEFERRED = 2000
 """Records of this process's appends kept in memory for the next catch-up (see :meth:`Materializer.defer`);
@@ -64,7 +62,7 @@ CREATE TABLE {schema}.projection_checkpoints (
 Progress = Callable[[int, int], None]
 
 
-class Materializer:
+class Materializer(RebuildCheck):
     """Keeps a set of projections up to date in the store's file."""
 
     def __init__(self, store: Store, projections: Iterable[Projection]) -> None:
@@ -536,49 +534,6 @@ class Materializer:
                 p.name: p.snapshot(conn, dialect.scratch if p.name in self._folded else dialect.main)
                 for p in self.projections
             }
-
-    def differences(self) -> list[str]:
-        """Compare every projection, caught up, with a fresh rebuild of it; return one line per
-        projection whose rows differ (empty when all agree). The rebuild is made in SQLite's temp
-        schema on the same connection, inside one read snapshot, and dropped afterwards."""
-        head = self.catch_up()
-        problems = []
-        with self.store.reading() as conn:
-            dialect = dialect_of(conn)
-            scratch = dialect.scratch
-            for projection in self.projections:
-                if self._position(conn, projection) != head:
-                    problems.append(f"projection {projection.name}: behind the log")
-                    continue
-                # A read-only store's caught-up rows are its temp shadow: kept aside, and the
-                # shadow made again by the next catch-up.
-                shadowed = self._folded.pop(projection.name, None) is not None
-                materialized = projection.snapshot(conn, scratch if shadowed else dialect.main)
-                if shadowed:
-                    for table in projection.tables:
-                        conn.execute(f"DROP TABLE {scratch}.{table}")
-                try:
-                    projection.create(conn, scratch)
-                    for start in range(0, head, BATCH):
-                        end = min(head, start + BATCH)
-                        projection.apply(conn, records_between(conn, start, end, projection.types))
-                    if projection.snapshot(conn, scratch) != materialized:
-                        problems.append(
-                            f"projection {projection.name}: rows differ from a fresh rebuild; "
-                            "run `turnlog rebuild`"
-                        )
-                except BaseException:
-                    for table in projection.tables:
-                        conn.execute(f"DROP TABLE IF EXISTS {scratch}.{table}")
-                    raise
-                if shadowed:
-                    # The fresh rebuild is the shadow now: a later projection's rebuild may read it
-                    # (stable_cuts reads rt_policies), so it is kept, not dropped.
-                    self._folded[projection.name] = head
-                else:
-                    for table in projection.tables:
-                        conn.execute(f"DROP TABLE {scratch}.{table}")
-        return problems
 
 
 def _server_dialect(conn: Connection) -> PostgresDialect:
