@@ -35,8 +35,8 @@ from turnlog.store.log_ops import (
     PG_COUNTED_THROUGH,
     counted_through,
     counted_through_expr,
+    given_counts,
     records_between,
-    with_counts,
     write_token_counts,
 )
 from turnlog.store.rows import gc_paused
@@ -418,7 +418,7 @@ class Materializer(RebuildCheck):
                     else:
                         records = records_between(conn, start, end, wanted)
                         if counts is not None:  # read before the counts are written (just below)
-                            records = with_counts(records, counts[0])
+                            records = given_counts(records, counts[0])
                     if remembering is None:
                         if any(own != carried_at for own in starts.values()) or any(
                             len(memo) > MEMO_KEYS for memo in carried.values()

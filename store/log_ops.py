@@ -78,7 +78,7 @@ def write_token_counts(conn: Connection, counts: Sequence[tuple[int, int]], thro
     sqlite_write_token_counts(conn, counts, through)
 
 
-def with_counts(records: list[RecordedEvent], counts: Sequence[tuple[int, int]]) -> list[RecordedEvent]:
+def given_counts(records: list[RecordedEvent], counts: Sequence[tuple[int, int]]) -> list[RecordedEvent]:
     """``records`` with the counts of ``counts`` (``(tokens, position)`` pairs) given to those read
     without one."""
     if all(r.tokens is not None for r in records):
@@ -119,8 +119,8 @@ def catch_up_in_batches(
 __all__ = [
     "catch_up_in_batches",
     "counted_through",
+    "given_counts",
     "position_of",
     "records_between",
-    "with_counts",
     "write_token_counts",
 ]

@@ -194,9 +194,9 @@ class PgAppendingStore(BatchAppender, PgTokenCounting):
         return self.where
 
     def _prepare(self, event: Any, index: int) -> Prepared:
-        # Counted after the commit (store.pg_tokens), unless a hook inside the transaction needs the
-        # counts or the store counts inline: then before the transaction, so no lock is held while
-        # the tokenizer runs.
+        # Counted before the transaction, so no lock is held while the tokenizer runs; after the
+        # commit when the store defers counts (store.pg_tokens) and no hook inside the transaction
+        # needs them.
         inline = self.token_counting == "inline" or self.has_within_hooks()
         return prepare_event(event, index, self.tokenizer, self.count_event_tokens if inline else None)
 

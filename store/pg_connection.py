@@ -116,9 +116,9 @@ class PostgresBase(EventStore):
         ``tokenizer`` is as for SQLiteStore: a new store records it, an existing one must be opened
         with the same one or with None. ``token_counting``: ``"inline"`` (the default) counts an
         event's tokens before its append's transaction, so every row has its count from the start;
-        ``"deferred"`` after the commit, at the next catch-up (store.pg_tokens): a faster durable
-        append, for a writer that appends far more than it reads (a turn that appends then builds
-        pays more on the server for filling the counts in than the append saves)."""
+        ``"deferred"`` after the commit, at the next catch-up (store.pg_tokens): a durable append a
+        few percent faster, for a writer that appends far more than it reads (a turn that appends
+        then builds pays more on the server for filling the counts in than the append saves)."""
         if token_counting not in ("deferred", "inline"):
             raise StoreError(f"token_counting must be 'deferred' or 'inline', not {token_counting!r}")
         if not isinstance(schema, str) or _SCHEMA.fullmatch(schema) is None:
