@@ -269,6 +269,8 @@ def _analyze(name: str) -> None:
 
 SAVER_ROUNDS = 8
 """Rounds of the saver figure: each side's turns/s is the median of its rounds."""
+LONG_THREAD = 500
+"""Messages a long thread holds before the long-thread LangGraph row is timed."""
 SAVER_WARM = 5
 """Turns each side runs before it is timed (a fresh graph and thread pay one-time costs: the
 graph's first run, the server's first plans, psycopg's statements prepared at their fifth use)."""
@@ -294,11 +296,12 @@ def saver_pair() -> Iterator[tuple[Any, Any]]:
             yield theirs, ours
 
 
-def saver_turns(turns: int, rounds: int = SAVER_ROUNDS) -> tuple[float, float]:
+def saver_turns(turns: int, rounds: int = SAVER_ROUNDS, warm: int = SAVER_WARM) -> tuple[float, float]:
     """A one-node LangGraph graph invoked ``turns`` times on one thread, checkpointed by LangGraph's
     PostgresSaver and by TurnlogSaver on the same server, in ``rounds`` rounds that take turns (after
-    :data:`SAVER_WARM` warm turns each; the side that goes first alternates, so a load that rises
-    or falls during the run falls on both alike): turns/s of each, the median of its rounds."""
+    ``warm`` turns each, two messages a turn: a long thread is a thread warmed long; the side that
+    goes first alternates, so a load that rises or falls during the run falls on both alike):
+    turns/s of each, the median of its rounds."""
     from benchlib.saver_append import one_node_graph
 
     builder = one_node_graph()
@@ -307,7 +310,7 @@ def saver_turns(turns: int, rounds: int = SAVER_ROUNDS) -> tuple[float, float]:
     def runner(saver: Any) -> Callable[[], float]:
         graph = builder.compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:6]}"}}
-        for i in range(SAVER_WARM):
+        for i in range(warm):
             graph.invoke({"messages": [("user", f"warm {i}")]}, config)
 
         def rate() -> float:
@@ -406,6 +409,10 @@ def run(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     result["build"] = {m: build(m, 20 if quick else 100) for m in sizes}
     log("postgres: LangGraph PostgresSaver and TurnlogSaver")
     result["saver"] = saver_turns(30 if quick else 200)
+    log("postgres: the same on a short thread and on a long one")
+    result["saver_timed"] = timed = 8 if quick else 40
+    result["saver_short"] = saver_turns(timed, 4)
+    result["saver_long"] = saver_turns(timed, 4, warm=LONG_THREAD // 2)
     from benchlib.saver_append import saver_appends
 
     log("postgres: the savers' own calls, a graph's get_tuple/put/put_writes replayed")
@@ -482,6 +489,17 @@ def render(result: dict[str, Any], command: str) -> str:
         f"| LangGraph graph turns checkpointed (turns/s) | {ours:,.0f} | {peer:,.0f} (PostgresSaver) | "
         f"{ours / peer:.2f}× | ≥ 1.2× PostgresSaver: {_met(ours / peer >= 1.2)} |"
     )
+    grown = 2 * result.get("saver_timed", 0)  # two messages a turn
+    for key, label in (
+        ("saver_short", f"a short thread (its messages {2 * SAVER_WARM}–{2 * SAVER_WARM + grown})"),
+        ("saver_long", f"a long thread (its messages {LONG_THREAD}–{LONG_THREAD + grown})"),
+    ):
+        if key in result:
+            theirs, mine = result[key]
+            lines.append(
+                f"| the same on {label} | {mine:,.0f} | {theirs:,.0f} (PostgresSaver) | "
+                f"{mine / theirs:.2f}× | |"
+            )
     replayed = result["saver_appends"]
     alone = replayed["turnlog_saver"] / replayed["postgres_saver"]
     lines.append(
@@ -540,7 +558,12 @@ def render(result: dict[str, Any], command: str) -> str:
         "writes to the saver from its executor's threads while the step's checkpoint is still being "
         "committed, and TurnlogSaver appends a turn's writes together with the checkpoint that follows "
         "them, one commit where PostgresSaver makes two (turnlog/integrations/langgraph_queue.py): the turns "
-        "row is the one the target is read on, as users run the saver.",
+        "row is the one the target is read on, as users run the saver. The two rows after it run "
+        "the same graph on a short thread and on a long one: PostgresSaver writes a changed "
+        "channel's whole value at each checkpoint (the whole message list) and reads it back whole, "
+        "where TurnlogSaver writes a checkpoint's new messages and refers to earlier events for the "
+        "rest, so PostgresSaver's turn grows faster with the thread; on a short thread TurnlogSaver's "
+        "fixed cost a turn shows (its three appends' Python, each a durable commit of its own).",
     ]
     return "\n".join(lines)
 
