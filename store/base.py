@@ -11,12 +11,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
-from turnlog.store.errors import UnknownSessionError
+from turnlog.store.errors import StoreError, UnknownSessionError
 from turnlog.store.events import Event
 from turnlog.store.tokenizer import Tokenizer
 
 TokenCounting = Literal["deferred", "inline"]
 """When a store counts an event's tokens: after the commit (the next catch-up), or before it."""
+
+
+def check_token_counting(value: object) -> None:
+    """StoreError unless ``value`` is a :data:`TokenCounting` (checked before a store is opened, so
+    a bad value leaves nothing behind)."""
+    if value not in ("deferred", "inline"):
+        raise StoreError(f"token_counting must be 'deferred' or 'inline', not {value!r}")
 
 
 class ExpectedVersion(enum.Enum):

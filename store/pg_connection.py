@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from turnlog.store import determinism
 from turnlog.store.append_rules import Segments, event_tokens
-from turnlog.store.base import EventStore, TokenCounting
+from turnlog.store.base import EventStore, TokenCounting, check_token_counting
 from turnlog.store.chain import now
 from turnlog.store.chain_migration import relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
@@ -119,8 +119,7 @@ class PostgresBase(EventStore):
         ``"deferred"`` after the commit, at the next catch-up (store.pg_tokens): a durable append a
         few percent faster, for a writer that appends far more than it reads (a turn that appends
         then builds pays more on the server for filling the counts in than the append saves)."""
-        if token_counting not in ("deferred", "inline"):
-            raise StoreError(f"token_counting must be 'deferred' or 'inline', not {token_counting!r}")
+        check_token_counting(token_counting)
         if not isinstance(schema, str) or _SCHEMA.fullmatch(schema) is None:
             raise StoreError(
                 f"schema name {schema!r} is invalid: use 1 to 63 lowercase letters, digits or _, "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal, Self
 
-from turnlog.store.base import RecordedEvent, Store, TokenCounting
+from turnlog.store.base import RecordedEvent, Store, TokenCounting, check_token_counting
 from turnlog.store.chain import now
 from turnlog.store.chain_migration import Update, V1Row, relink
 from turnlog.store.errors import CorruptStoreError, StoreClosedError, StoreError, TokenizerError
@@ -112,6 +112,7 @@ class SQLiteBase(Store):
         :meth:`within_append` hook needs them, before the append takes the lock); ``"inline"``
         counts before each append.
         """
+        check_token_counting(token_counting)
         path_str = os.fspath(path)
         if readonly:
             return cls._open_readonly(path_str, tokenizer, busy_timeout, token_counting)

@@ -415,6 +415,15 @@ def test_an_unknown_tokenizer_leaves_no_broken_store_behind(path: Path) -> None:
         assert s.head_position() == 1
 
 
+@pytest.mark.parametrize("readonly", [False, True])
+def test_an_unknown_token_counting_is_refused_before_anything_is_made(tmp_path: Path, readonly: bool) -> None:
+    import turnlog
+
+    with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline', not 'later'"):
+        turnlog.open_store(tmp_path / "a.db", token_counting="later", readonly=readonly)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path: Path) -> None:
     junk = tmp_path / "notes.txt"
     junk.write_bytes(b"these are my notes, not a database\n" * 20)
