@@ -29,7 +29,7 @@ def test_the_floor_section_measures_both_sides_and_renders(floor_bench, tmp_path
     batch = floor_bench.batch(tmp_path, msgs, 30)
     assert durable["blocks"] == 2 and batch["blocks"] >= 2
     for res in (durable, batch):
-        assert res["turnlog_s"] > 0 and res["floor_s"] > 0 and res["rows_s"] > 0
+        assert res["turnlog_s"] > 0 and res["floor_s"] > 0 and res["rows_s"] > 0 and res["least_s"] > 0
     # The rows side replayed every row turnlog's own append stored, blobs and all, into a turnlog
     # store that verifies: the schema's cost measured on exactly turnlog's rows.
     import turnlog
@@ -70,7 +70,30 @@ def test_the_floor_section_measures_both_sides_and_renders(floor_bench, tmp_path
     assert "| rebuild of every projection, 1,000 events |" in text and "≤ 30 s, ≤ 150 MiB | met |" in text
     assert "turnlog's own rows" in text and "durable " in text.split("turnlog's own rows")[1]
     rows = [line for line in text.splitlines() if line.startswith("| ") and "×" in line]
-    assert all(line.rstrip(" |").endswith(("met", "**missed**")) for line in rows)
+    assert all(line.rstrip(" |").endswith(("met", "**missed**", "(below)")) for line in rows)
+    # The least work's bound is printed for both appends, and a missed target it puts out of reach
+    # says so in the table.
+    assert text.count("an event, so at best ") == 2
+    far = {**durable, "rows_s": durable["floor_s"] * 2, "turnlog_s": durable["floor_s"] * 3}
+    text = floor_bench.render({**result, "durable": far}, "scripts/bench --only floor")
+    assert "**missed**; out of reach: at best 0." in text
+
+
+def test_the_least_work_is_the_stores_own_hashing(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # LeastWork checks each digest it makes against the row the store made: the same salt gives
+    # the same hashes; another salt, or a row changed, is refused (so the bound is no likeness).
+    from benchlib.floor_rows import LeastWork
+
+    msgs = floor_bench.session(30)
+    made, least = floor_bench._made_rows(tmp_path, msgs, "least-r")
+    least.run(msgs, 0)
+    least.run(msgs[10:], 10)
+    with pytest.raises(RuntimeError, match="row 0's hashes differ"):
+        LeastWork(floor_bench.to_event, made, b"another salt").run(msgs[:1], 0)
+    event, blob = made[3]
+    changed = [*made[:3], ((*event[:6], event[6] + " ", *event[7:]), blob)]
+    with pytest.raises(RuntimeError, match="row 3's hashes differ"):
+        LeastWork(floor_bench.to_event, changed, least.salt).run(msgs[3:4], 3)
 
 
 def test_the_rebuild_figure_is_quoted_from_the_results_when_not_measured(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -96,3 +96,16 @@ def test_turnlogs_own_statements_replayed_store_the_same_rows(postgres_bench: An
     before = _bench_schemas()
     assert pg_rows.rows_append(12) > 0
     assert _bench_schemas() == before
+
+
+def test_the_least_client_work_is_timed_on_the_stores_own_rows(postgres_bench: Any) -> None:
+    # The least work of the recorded appends' events is checked against the rows turnlog stored
+    # (LeastWork raises otherwise), its schemas are dropped, and the bound it gives is rendered.
+    from benchlib import pg_rows
+
+    before = _bench_schemas()
+    assert pg_rows.least_append(12) > 0
+    assert _bench_schemas() == before
+    rows = postgres_bench._least_row({"floor_append": 1000.0, "rows_append": 800.0, "least_append": 8000.0})
+    assert len(rows) == 1 and "at best 0.73×" in rows[0] and "out of reach of this design" in rows[0]
+    assert postgres_bench._least_row({"floor_append": 1000.0}) == []

@@ -11,8 +11,9 @@ the gap that is turnlog's code, it ÷ the floor the schema's."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,4 +69,61 @@ class Rows:
         self.conn.close()
 
 
-__all__ = ["Rows", "stored_rows"]
+class LeastWork:
+    """What turnlog's client cannot skip for an event, and nothing else, timed on its own: the public
+    event object made (``to_event``), its payload JSON made by the event's own serializer, and the
+    three hashes the chain is made of (the payload's HMAC under the store's salt, the event's hash,
+    the order's hash; a blob's content also gets its sha256, its id). The hash material around each
+    digest is made beforehand (not timed), and every digest is checked against the row the store
+    made (so this is the store's own hashing, not a likeness of it). turnlog can at best take its
+    rows' insert (:class:`Rows`) plus this: the floor ÷ that sum is the most any code of its design
+    can reach, in any language, with these event classes and this chain."""
+
+    def __init__(
+        self, to_event: Callable[[Any], Any], rows: Sequence[Row], salt: bytes, order: str | None = None
+    ) -> None:
+        """``order``: the order hash before the first row's (the genesis hash for a store's first)."""
+        from turnlog.store import append_rules, chain
+
+        self.to_event, self.salt = to_event, salt
+        self.dump = append_rules._dump
+        self.excludes = (append_rules._ENVELOPE, append_rules._ENVELOPE_AND_CONTENT)
+        self.inner, self.outer = chain._keyed(salt)
+        self.material: list[tuple[str, str, str, str, str]] = []
+        order = order or chain.GENESIS_HASH
+        for event, _blob in rows:
+            pos, sid, version, event_id, etype, schema_version, payload, blob_id = event[:8]
+            recorded_at, prev_hash, ev_hash, digest, order_hash = event[9:14]
+            head = "turnlog-event-v2;" + "".join(
+                chain._part(str(x)) for x in (sid, version, prev_hash, event_id, etype, schema_version)
+            )
+            tail = ";" + chain._part(blob_id or "") + chain._part(chain.canonical_time(recorded_at))
+            order_head = f"turnlog-order-v2;{chain._part(order)}{chain._part(str(pos))}64:"
+            self.material.append((head + "64:", payload, tail, order_head, digest + ev_hash + order_hash))
+            order = order_hash
+        self.blobs = [blob is not None for _, blob in rows]
+
+    def run(self, msgs: Sequence[Any], first: int) -> None:
+        """The least work for ``msgs``, the events of rows ``first``, ``first + 1``, ..."""
+        sha256, inner, outer, dump = hashlib.sha256, self.inner, self.outer, self.dump
+        plain, kept = self.excludes
+        for i, msg in enumerate(msgs, first):
+            head, payload, tail, order_head, expected = self.material[i]
+            event = self.to_event(msg)
+            if self.blobs[i]:
+                sha256(event.content.encode()).hexdigest()
+                dump(event, kept)
+            else:
+                dump(event, plain)
+            h = inner.copy()
+            h.update(payload.encode())  # the stored text (a blob's event: its id set by the store)
+            o = outer.copy()
+            o.update(h.digest())
+            digest = o.hexdigest()
+            ev_hash = sha256(f"{head}{digest}{tail}".encode()).hexdigest()
+            order = sha256(f"{order_head}{ev_hash};".encode()).hexdigest()
+            if digest + ev_hash + order != expected:
+                raise RuntimeError(f"floor_rows.LeastWork: row {i}'s hashes differ from the store's")
+
+
+__all__ = ["LeastWork", "Rows", "stored_rows"]

@@ -73,6 +73,29 @@ def _hashes(conn: Any, name: str) -> list[tuple[Any, ...]]:
     return conn.execute(f"SELECT position, hash, order_hash FROM {name}.event_log ORDER BY row_id").fetchall()
 
 
+def least_append(n: int) -> float:
+    """The least client work (floor_rows.LeastWork: the event object made from the message, its
+    payload JSON, its chain's three hashes) of ``n`` durable appends' events, timed alone: events/s.
+    The floor ÷ (these statements' time + this) is the most a PostgreSQL append of this design can
+    reach."""
+    import turnlog
+    from benchlib.floor_rows import LeastWork
+
+    with schema() as source, schema() as copy:
+        statements = _recorded_appends(source, copy, n)
+        store = turnlog.open_store(f"{server()}?schema={source}")
+        try:
+            salt = store.salt
+        finally:
+            store.close()
+    rows = [(tuple(params[-14:]), None) for _, params in statements]
+    least = LeastWork(turnlog.MessageAppended.model_validate, rows, salt, order=statements[0][1][7])
+    messages = [_message(i + 2) for i in range(n)]
+    start = time.perf_counter()
+    least.run(messages, 0)
+    return n / (time.perf_counter() - start)
+
+
 def rows_append(n: int) -> float:
     """turnlog's recorded statements of ``n`` durable appends, sent by plain psycopg (a raw cursor,
     prepared on the server, in autocommit mode: one round trip and one commit each): events/s. The
