@@ -70,24 +70,28 @@ class PgTokenCounting(PgReadingStore):
             where = "WHERE e.position > %s AND e.position <= %s AND e.tokens IS NULL ORDER BY e.position"
             try:
                 pending = select_records(conn, f"{where} LIMIT %s", (start, head, limit))
+                positions = [r.position for r in pending]
             except CorruptStoreError:
                 # A row that cannot be decoded stays uncounted (verify reports it) instead of
                 # stopping every read of every session here: the others are read one by one.
                 pending = []
-                for (position,) in conn.execute(
-                    "SELECT position FROM events WHERE position > %s AND position <= %s "
-                    "AND tokens IS NULL ORDER BY position LIMIT %s",
-                    (start, head, limit),
-                ).fetchall():
+                positions = [
+                    position
+                    for (position,) in conn.execute(
+                        "SELECT position FROM events WHERE position > %s AND position <= %s "
+                        "AND tokens IS NULL ORDER BY position LIMIT %s",
+                        (start, head, limit),
+                    ).fetchall()
+                ]
+                for position in positions:
                     try:
                         pending += select_records(conn, "WHERE e.position = %s", (position,))
                     except CorruptStoreError:
                         continue
-                full = False
-            else:
-                full = len(pending) == limit
         counts = [(self.count_event_tokens(r.event), r.position) for r in pending]
-        return counts, (pending[-1].position if full else int(head))
+        # A full batch reaches its last row looked at (a damaged one included), so that the
+        # catch-up goes on past it; a short one, the head.
+        return counts, (int(positions[-1]) if len(positions) == limit else int(head))
 
     def catch_up_tokens(self) -> int:
         """Count and store the counts of the events waiting for one; returns how many."""

@@ -219,3 +219,27 @@ def test_a_readers_catch_up_looks_for_counts_to_make_in_its_one_first_round_trip
         assert any("UPDATE event_log SET tokens" in q for q in sent)
         monkeypatch.undo()
         assert _uncounted(pg_schema) == 0
+
+
+def test_a_damaged_row_waiting_for_its_count_does_not_stop_the_others(pg: PostgresStore) -> None:
+    # A row that cannot be decoded keeps no count (verify reports it); the catch-up counts the
+    # others, and a full batch that meets it reaches past it, so that the next batch goes on.
+    records = pg.append("s", [msg(f"message {i}") for i in range(6)])
+    sql(
+        "ALTER TABLE event_log DISABLE TRIGGER events_no_update; "
+        "UPDATE event_log SET payload = '{not json' WHERE position = 2; "
+        "ALTER TABLE event_log ENABLE TRIGGER events_no_update",
+        pg.schema,
+    )
+    pending = pg.count_pending(limit=3)
+    assert pending is not None
+    counts, through = pending
+    assert [position for _, position in counts] == [1, 3] and through == 3
+    assert pg.catch_up_tokens() == 5
+    stored = _stored(pg.schema)
+    assert [tokens is None for _, tokens in stored] == [False, True, False, False, False, False]
+    assert [tokens for _, tokens in stored if tokens is not None] == [
+        independent_count(r.event) for r in records if r.position != 2
+    ]
+    assert pg.pending_token_counts() == 1 and pg.counted_position() == 1
+    assert not pg.verify().ok
