@@ -89,6 +89,7 @@ def least_append(n: int) -> float:
         finally:
             store.close()
     rows = [(tuple(params[-14:]), None) for _, params in statements]
+    # The first statement checks the order head the first row follows (its 8th parameter).
     least = LeastWork(turnlog.MessageAppended.model_validate, rows, salt, order=statements[0][1][7])
     messages = [_message(i + 2) for i in range(n)]
     start = time.perf_counter()
