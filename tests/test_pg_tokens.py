@@ -89,6 +89,8 @@ def test_inline_counting_the_default_stores_every_count_with_its_row(pg_schema: 
         assert "event_log_uncounted" in " ".join(str(row[0]) for row in plan)  # a probe, not a scan
     with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline'"):
         PostgresStore.open(pg_url(), schema=pg_schema, token_counting="later")  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline', not ''"):
+        turnlog.open_store(f"{pg_url()}?schema={pg_schema}", token_counting="")  # type: ignore[arg-type]
 
 
 def test_sessions_count_what_waits_before_summing(pg: PostgresStore) -> None:

@@ -422,6 +422,10 @@ def test_an_unknown_token_counting_is_refused_before_anything_is_made(tmp_path: 
     with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline', not 'later'"):
         turnlog.open_store(tmp_path / "a.db", token_counting="later", readonly=readonly)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+    # An empty value is no request for the default (None is): it is refused too.
+    with pytest.raises(StoreError, match="token_counting must be 'deferred' or 'inline', not ''"):
+        turnlog.open_store(tmp_path / "a.db", token_counting="", readonly=readonly)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_file_that_is_not_sqlite_is_refused_untouched(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def open_backend(
             str(path),
             tokenizer=tokenizer,
             create=create and not readonly,
-            token_counting=token_counting or "inline",
+            token_counting="inline" if token_counting is None else token_counting,
         )
         store.refuse_appends = readonly  # type: ignore[attr-defined]
         return store
@@ -170,7 +170,7 @@ def open_backend(
         tokenizer=tokenizer,
         create=create,
         synchronous=synchronous,
-        token_counting=token_counting or "deferred",
+        token_counting="deferred" if token_counting is None else token_counting,
         readonly=readonly,
     )
 
