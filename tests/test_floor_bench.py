@@ -30,11 +30,12 @@ def test_the_floor_section_measures_both_sides_and_renders(floor_bench, tmp_path
     assert durable["blocks"] == 2 and batch["blocks"] >= 2
     for res in (durable, batch):
         assert res["turnlog_s"] > 0 and res["floor_s"] > 0 and res["rows_s"] > 0 and res["least_s"] > 0
+        assert res["in_place_s"] > 0
     # The rows side replayed every row turnlog's own append stored, blobs and all, into a turnlog
     # store that verifies: the schema's cost measured on exactly turnlog's rows.
     import turnlog
 
-    for name, count in (("durable-r", 20), ("batch-r", len(msgs))):
+    for name, count in (("durable-r", 20), ("batch-r", len(msgs)), ("durable-p", 20), ("batch-p", len(msgs))):
         replayed = turnlog.open_store(tmp_path / f"{name}.db")
         try:
             assert replayed.head_version(floor_bench.SESSION) == count
@@ -71,12 +72,17 @@ def test_the_floor_section_measures_both_sides_and_renders(floor_bench, tmp_path
     assert "turnlog's own rows" in text and "durable " in text.split("turnlog's own rows")[1]
     rows = [line for line in text.splitlines() if line.startswith("| ") and "×" in line]
     assert all(line.rstrip(" |").endswith(("met", "**missed**", "(below)")) for line in rows)
-    # The least work's bound is printed for both appends, and a missed target it puts out of reach
-    # says so in the table.
-    assert text.count("an event, so at best ") == 2
-    far = {**durable, "rows_s": durable["floor_s"] * 2, "turnlog_s": durable["floor_s"] * 3}
+    # The least work's bound is printed for both appends, timed apart and in place, and a missed
+    # target the bound in place puts out of reach says so in the table.
+    assert text.count("an event timed apart, so at best ") == 2 and text.count("; done in place, ") == 2
+    far = {**durable, "in_place_s": durable["floor_s"] * 2, "turnlog_s": durable["floor_s"] * 3}
     text = floor_bench.render({**result, "durable": far}, "scripts/bench --only floor")
-    assert "**missed**; out of reach: at best 0." in text
+    assert "**missed**; out of reach: at best 0.50× (below)" in text
+    # Without the side in place (an older result), the bound is the two timed apart, added.
+    apart = {k: v for k, v in far.items() if k != "in_place_s"}
+    apart.update(rows_s=durable["floor_s"] * 0.5, least_s=durable["floor_s"] * 0.75)
+    text = floor_bench.render({**result, "durable": apart}, "scripts/bench --only floor")
+    assert "**missed**; out of reach: at best 0.80× (below)" in text and text.count("; done in place, ") == 1
 
 
 def test_the_least_work_is_the_stores_own_hashing(floor_bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

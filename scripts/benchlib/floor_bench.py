@@ -22,7 +22,7 @@ from typing import Any
 
 from benchlib.cache_bench import long_system_prompt
 from benchlib.counting import PRIME, count_message, dumps, encoding, to_chat
-from benchlib.floor_rows import LeastWork, Rows, stored_rows
+from benchlib.floor_rows import LeastWork, Rows, best, in_place, rows_line, stored_rows, us
 from benchlib.workload import Msg, Workload
 
 HEADING = "## At the floor of the database (issue 20)"
@@ -226,11 +226,13 @@ def _fresh(folder: Path, name: str) -> Path:
 def durable(folder: Path, msgs: list[Msg], block: int) -> dict[str, Any]:
     """One event per transaction on fresh stores: ``block`` appends to turnlog, then the same to the
     floor (and to the floor that counts tokens in its commit), round after round."""
-    made, least = _made_rows(folder, msgs, "durable-r")
+    made, least = _made_rows(folder, msgs, "durable-r", "durable-p")
     ours, floor = Turnlog(_fresh(folder, "durable-t")), Floor(_fresh(folder, "durable-f"))
     counting = Floor(_fresh(folder, "durable-c"), counted=True)
-    rows = Rows(folder / "durable-r.db")
-    times: dict[str, list[float]] = {"turnlog": [], "floor": [], "counted": [], "rows": [], "least": []}
+    rows, placed = Rows(folder / "durable-r.db"), Rows(folder / "durable-p.db")
+    times: dict[str, list[float]] = {
+        k: [] for k in ("turnlog", "floor", "counted", "rows", "least", "in_place")
+    }
     done = 0
     for part in _parts(msgs, block):
         times["turnlog"].append(_each(lambda m: ours.append([m]), part))
@@ -238,44 +240,47 @@ def durable(folder: Path, msgs: list[Msg], block: int) -> dict[str, Any]:
         times["counted"].append(_each(counting.append_one, part))
         times["rows"].append(_each(rows.append_one, made[done : done + len(part)]))
         times["least"].append(_least(least, part, done))
+        times["in_place"].append(in_place(least, placed, made, part, done, each=True))
         done += len(part)
-    for side in (ours, floor, counting, rows):
+    for side in (ours, floor, counting, rows, placed):
         side.close()
     res = _ratio(times["turnlog"], times["floor"])
     res["counted_floor_s"] = statistics.median(times["counted"])
-    res["rows_s"] = statistics.median(times["rows"])
-    res["least_s"] = statistics.median(times["least"])
+    for name in ("rows", "least", "in_place"):
+        res[f"{name}_s"] = statistics.median(times[name])
     return res
 
 
 def batch(folder: Path, msgs: list[Msg], size: int) -> dict[str, Any]:
     """Batches of ``size`` events, one transaction each, on fresh stores, taking turns."""
-    made, least = _made_rows(folder, msgs, "batch-r")
+    made, least = _made_rows(folder, msgs, "batch-r", "batch-p")
     ours, floor = Turnlog(_fresh(folder, "batch-t")), Floor(_fresh(folder, "batch-f"))
-    rows = Rows(folder / "batch-r.db")
-    times: dict[str, list[float]] = {"turnlog": [], "floor": [], "rows": [], "least": []}
+    rows, placed = Rows(folder / "batch-r.db"), Rows(folder / "batch-p.db")
+    times: dict[str, list[float]] = {k: [] for k in ("turnlog", "floor", "rows", "least", "in_place")}
     done = 0
     for part in _parts(msgs, size):
         times["turnlog"].append(_each(ours.append, [part]) / len(part))
         times["floor"].append(_each(floor.append, [part]) / len(part))
         times["rows"].append(_each(rows.append, [made[done : done + len(part)]]) / len(part))
         times["least"].append(_least(least, part, done))
+        times["in_place"].append(in_place(least, placed, made, part, done, each=False))
         done += len(part)
-    for side in (ours, floor, rows):
+    for side in (ours, floor, rows, placed):
         side.close()
     res = _ratio(times["turnlog"], times["floor"])
-    res["rows_s"] = statistics.median(times["rows"])
-    res["least_s"] = statistics.median(times["least"])
+    for name in ("rows", "least", "in_place"):
+        res[f"{name}_s"] = statistics.median(times[name])
     return res
 
 
-def _made_rows(folder: Path, msgs: list[Msg], empty: str) -> tuple[list[Any], LeastWork]:
+def _made_rows(folder: Path, msgs: list[Msg], *empty: str) -> tuple[list[Any], LeastWork]:
     """The rows turnlog stores for ``msgs`` (appended to a scratch store, not timed), one a message,
     and the least work of their events (floor_rows.LeastWork); a copy of the scratch store while
-    still empty is left at ``empty``.db (its salt hashed them)."""
+    still empty is left at each ``empty``.db (its salt hashed them)."""
     path = _fresh(folder, "rows-source")
     Turnlog(path).close()
-    shutil.copy(path, _fresh(folder, empty))
+    for name in empty:
+        shutil.copy(path, _fresh(folder, name))
     scratch = Turnlog(path)
     salt = scratch.store.salt
     for start in range(0, len(msgs), 1000):
@@ -415,10 +420,6 @@ def run(quick: bool, log: Callable[[str], None] = lambda _: None) -> dict[str, A
 # -- the report ----------------------------------------------------------------------------------
 
 
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"
-
-
 def _verdict(value: float, figure: str) -> tuple[str, str]:
     target, way = TARGETS[figure]
     met = value >= target if way == "min" else value <= target
@@ -462,9 +463,9 @@ def render(result: dict[str, Any], command: str) -> str:
         rate_ratio = res["floor_s"] / res["turnlog_s"]
         target, met = _verdict(rate_ratio, name)
         if "least_s" in res and met != "met":
-            best = _best(res)
-            if best < TARGETS[name][0]:
-                met += f"; out of reach: at best {best:.2f}× (below)"
+            bound = best(res)
+            if bound < TARGETS[name][0]:
+                met += f"; out of reach: at best {bound:.2f}× (below)"
         lines.append(
             f"| {name} | — | — | {1 / res['turnlog_s']:,.0f}/s | {1 / res['floor_s']:,.0f}/s | "
             f"{rate_ratio:.2f}× | {target} | {met} |"
@@ -477,7 +478,7 @@ def render(result: dict[str, Any], command: str) -> str:
         ):
             target, met = _verdict(res["time_ratio"], name)
             lines.append(
-                f"| {name} | {n:,} | {budget:,} | {_us(res['turnlog_s'])} | {_us(res['floor_s'])} | "
+                f"| {name} | {n:,} | {budget:,} | {us(res['turnlog_s'])} | {us(res['floor_s'])} | "
                 f"{res['time_ratio']:.2f}× | {target} | {met} |"
             )
     rb = result.get("rebuild") or {}
@@ -501,7 +502,7 @@ def render(result: dict[str, Any], command: str) -> str:
         f"appends, {b['blocks']} batches." + (f" The rebuild figure comes from {rb['when']}." if rb else ""),
     ]
     if "rows_s" in d and "rows_s" in b:
-        lines += ["", _rows_line(d, b)]
+        lines += ["", rows_line(d, b)]
     if shown:
         lines += ["", "Tokens of a warm build, turnlog / floor (session/budget): " + "; ".join(shown) + "."]
     walls = [
@@ -512,44 +513,6 @@ def render(result: dict[str, Any], command: str) -> str:
     if walls:
         lines += ["", "Warm builds in wall time, turnlog ÷ floor (session/budget): " + "; ".join(walls) + "."]
     return "\n".join(lines)
-
-
-def _best(res: dict[str, Any]) -> float:
-    """The most turnlog ÷ floor an append can reach: its rows' insert plus its least work."""
-    return float(res["floor_s"] / (res["rows_s"] + res["least_s"]))
-
-
-def _rows_line(d: dict[str, Any], b: dict[str, Any]) -> str:
-    """Where the append figures' gap lies: turnlog's schema or turnlog's code (benchlib.floor_rows)."""
-    parts, least = [], []
-    for name, res in (("durable", d), ("batch", b)):
-        parts.append(
-            f"{name} {1 / res['rows_s']:,.0f}/s (÷ floor {res['floor_s'] / res['rows_s']:.2f}×; turnlog ÷ it "
-            f"{res['rows_s'] / res['turnlog_s']:.2f}×)"
-        )
-        if "least_s" in res:
-            least.append(
-                f"{name} {_us(res['least_s'])} an event, so at best {_best(res):.2f}× the floor "
-                f"(turnlog {res['floor_s'] / res['turnlog_s']:.2f}×)"
-            )
-    text = (
-        "turnlog's own rows (the same messages appended to a scratch store, not timed) inserted by plain "
-        "`sqlite3` into an empty turnlog store at the same durability, taking turns with the others: the "
-        "schema's cost (wider rows, unique indexes on the event id and the session's version, the "
-        "immutability triggers, the blob table) without turnlog's Python (event objects, validation, JSON, "
-        "the chain's keyed hashes): " + "; ".join(parts) + "."
-    )
-    if least:
-        text += (
-            "\n\nThe least an append's client must do besides inserting those rows, timed alone in the same "
-            "blocks (benchlib/floor_rows.py `LeastWork`): make the public event objects, their payload "
-            "JSON (the events' own pydantic serializer) and the chain's three hashes of each event (the "
-            "payload's HMAC under the store's salt, the event's hash, the order's hash; each checked "
-            "equal to the store's), nothing else: " + "; ".join(least) + ". Where that best is below the "
-            "target, no code of this design (these event classes, this chain, this schema) reaches the "
-            "target on this machine, in any language: the floor makes only its JSON."
-        )
-    return text
 
 
 __all__ = ["HEADING", "render", "run"]
