@@ -136,9 +136,8 @@ def in_place(
     in a tight loop; done between durable commits, after every wait on the disk, it costs two to
     three times as much (measured 2026-11-29: 13 µs an event apart, about 40 µs between commits;
     most likely the caches gone cold while the thread slept, which pinning it to one core does not
-    change). No append of this design escapes that: the
-    bound this side gives is what an append of these event classes, this chain and this schema can
-    reach at best, as it must run."""
+    change). No append of this design escapes that: the bound this side gives is what an append of
+    these event classes, this chain and this schema can reach at best, as it must run."""
     started = time.perf_counter()
     if each:
         for i, msg in enumerate(msgs, first):
@@ -174,9 +173,10 @@ def rows_line(d: dict[str, Any], b: dict[str, Any]) -> str:
             apart = res["floor_s"] / (res["rows_s"] + res["least_s"])
             text = f"{name} {us(res['least_s'])} an event timed apart, so at best {apart:.2f}× the floor"
             if "in_place_s" in res:
+                above = max(res["in_place_s"] - res["rows_s"], 0.0)
                 text += (
-                    f"; done in place, {us(res['in_place_s'] - res['rows_s'])} an event above the rows' "
-                    f"insert, so at best **{best(res):.2f}×**"
+                    f"; done in place, {us(above)} an event above the rows' insert, so at best "
+                    f"**{best(res):.2f}×**"
                 )
             least.append(f"{text} (turnlog {res['floor_s'] / res['turnlog_s']:.2f}×)")
     text = (
