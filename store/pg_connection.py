@@ -249,7 +249,17 @@ def translated(exc: psycopg.Error, where: str, lost: str = "retry") -> StoreErro
         return StoreError(f"{where}: the connection to the server failed or was lost ({text}); {lost}")
     if isinstance(exc, psycopg.errors.UndefinedTable):
         return CorruptStoreError(f"{where} is not a turnlog store, or was damaged: {text}")
+    if isinstance(exc, (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction)):
+        return StoreError(f"{where}: {text}; {_WRITES_TO_READ}")
     return StoreError(f"{where}: {text}")
+
+
+_WRITES_TO_READ = (
+    "turnlog writes to its schema even to read (opening checks its tables with CREATE TABLE IF NOT "
+    "EXISTS, and a read catches the projections and token counts up in the database), so it needs a "
+    "role that may create tables in the schema and write to them, on a server that accepts writes "
+    "(not a read-only standby or transaction)"
+)
 
 
 class translate:

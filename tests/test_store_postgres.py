@@ -7,11 +7,13 @@ lives in a fresh schema, dropped after its test."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -49,6 +51,7 @@ from turnlog.store import (
 
 pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'turnlog[postgres]')")
 
+from turnlog.cli import cli
 from turnlog.store.postgres import LATEST_VERSION, PostgresStore
 
 __all__ = ["pg_schema"]  # the fixture, imported for this module's tests
@@ -440,3 +443,41 @@ def test_numbers_past_bigint_are_no_driver_error(pg: PostgresStore) -> None:
     assert pg.read_session("s", from_version=2**70) == []
     assert pg.read_versions("s", [2, 2**70]) == records[1:]
     assert pg.version_at("s", 2**70) == 2
+
+
+def test_a_role_that_may_only_read_is_told_what_turnlog_needs(pg: PostgresStore) -> None:
+    # A role with USAGE and SELECT only (an auditor's, say), then the same role allowed everything
+    # but in sessions that may not write (as on a read-only standby): turnlog writes even to read,
+    # and each gets one line saying so and what it needs, with the store left as it was.
+    pg.append("s", [msg("hello")])
+    role = f"tl_reader_{pg.schema[-8:]}"
+    sql(f"CREATE ROLE {role} LOGIN", "public")
+    try:
+        sql(f"GRANT USAGE ON SCHEMA {pg.schema} TO {role}", "public")
+        sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA {pg.schema} TO {role}", "public")
+        reader = pg_url().replace("://root@", f"://{role}@", 1)
+        assert reader != pg_url()
+        for grant, says in (
+            (None, "permission denied for schema"),
+            (f"ALTER ROLE {role} SET default_transaction_read_only = on", "read-only transaction"),
+        ):
+            if grant is not None:
+                sql(f"GRANT CREATE ON SCHEMA {pg.schema} TO {role}", "public")
+                sql(f"GRANT ALL ON ALL TABLES IN SCHEMA {pg.schema} TO {role}", "public")
+                sql(grant, "public")
+            with pytest.raises(StoreError) as caught:
+                PostgresStore.open(reader, schema=pg.schema).close()
+            text = str(caught.value)
+            assert says in text and "\n" not in text
+            assert "turnlog writes to its schema even to read" in text
+            assert "may create tables in the schema and write to them" in text
+            # The command line: one line, exit status 1, no traceback; --json says it as JSON.
+            db = f"{reader}?schema={pg.schema}"
+            plain = CliRunner().invoke(cli, ["--db", db, "sessions"])
+            assert plain.exit_code == 1 and plain.output.count("\n") == 1 and says in plain.output
+            as_json = CliRunner().invoke(cli, ["--db", db, "sessions", "--json"])
+            assert as_json.exit_code == 1 and says in json.loads(as_json.output)["error"]["message"]
+        assert [e.event.content for e in pg.read_session("s")] == ["hello"]  # type: ignore[union-attr]
+    finally:
+        sql(f"DROP OWNED BY {role}", "public")
+        sql(f"DROP ROLE {role}", "public")
