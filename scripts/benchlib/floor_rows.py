@@ -7,7 +7,12 @@ synchronous=FULL), one INSERT + COMMIT an event or ``executemany`` + COMMIT a ba
 pays for turnlog's schema (its wider rows, the unique indexes on the event id and the session's
 version, the immutability triggers, the blob table) and for nothing of turnlog's Python (the
 public event objects, validation, JSON, the chain's keyed hashes): turnlog ÷ it is the share of
-the gap that is turnlog's code, it ÷ the floor the schema's."""
+the gap that is turnlog's code, it ÷ the floor the schema's.
+
+Beside it: :class:`LeastWork`, what an append's client cannot skip, timed apart; :func:`in_place`,
+that work and the rows' insert done together as an append must run them, whose time gives the
+bound (:func:`best`) the report prints beside each append figure (:func:`rows_line`); the
+PostgreSQL section uses :class:`LeastWork` too (benchlib/pg_rows.py)."""
 
 from __future__ import annotations
 
